@@ -1,0 +1,1 @@
+"""Model code, caches and decode loops. Imports with torch (and triton on GPU) alone."""

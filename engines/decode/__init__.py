@@ -1,0 +1,1 @@
+"""Decode loops: prefill, the AR step, the block-drafter speculative step, and acceptance."""

@@ -1,0 +1,1 @@
+"""Drafter-side helpers that are not model families (the benchmark-only replay drafter)."""

@@ -1,0 +1,86 @@
+"""The replay drafter: benchmark-only acceptance on random weights (DESIGN.md §3.3).
+
+It runs the real drafter's forward at the real shape (so its cost is real), then replaces the
+proposal with the reference continuation for the first k positions and a wrong token after them, k
+drawn from an acceptance profile. On a target whose greedy output *is* the reference, verify then
+accepts exactly k drafts. It never serves users: only bench/validate code paths construct it.
+"""
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptanceProfile:
+    """P(k drafts accepted), k = 0..B-1, for one block size; ``tau`` = E[k] + 1 (bonus included)."""
+
+    probs: tuple[float, ...]
+    name: str = "custom"
+
+    @property
+    def tau(self) -> float:
+        return 1.0 + sum(k * p for k, p in enumerate(self.probs))
+
+    @classmethod
+    def from_histogram(cls, counts, name: str = "histogram") -> "AcceptanceProfile":
+        total = float(sum(counts))
+        return cls(tuple(c / total for c in counts), name)
+
+    @classmethod
+    def fixed(cls, num_accepted: int, block_size: int) -> "AcceptanceProfile":
+        probs = [0.0] * block_size
+        probs[num_accepted] = 1.0
+        return cls(tuple(probs), f"fixed:{num_accepted}")
+
+    @classmethod
+    def parametric(cls, tau: float, block_size: int) -> "AcceptanceProfile":
+        """Per-position acceptance rate a (P(k >= j) = a^j), solved so that the mean equals ``tau``."""
+        max_tau = float(block_size)
+        if not 1.0 <= tau <= max_tau:
+            raise ValueError(f"tau {tau} outside [1, {max_tau}] for block size {block_size}")
+        lo, hi = 0.0, 1.0
+        for _ in range(100):
+            a = (lo + hi) / 2
+            mean = 1.0 + sum(a ** j for j in range(1, block_size))
+            lo, hi = (a, hi) if mean < tau else (lo, a)
+        survive = [a ** j for j in range(block_size)] + [0.0]
+        probs = [survive[k] - survive[k + 1] for k in range(block_size)]
+        return cls(tuple(probs), f"tau:{tau:g}")
+
+    def sample(self, generator: torch.Generator) -> int:
+        u = torch.rand((), generator=generator).item()
+        acc = 0.0
+        for k, p in enumerate(self.probs):
+            acc += p
+            if u < acc:
+                return k
+        return len(self.probs) - 1
+
+
+@dataclasses.dataclass
+class ReplayPlan:
+    """Per-request replay state: the target's own greedy continuation and the profile to draw from."""
+
+    reference: list[int]
+    profile: AcceptanceProfile
+    vocab_size: int
+    seed: int = 0
+    drawn: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        self._generator = torch.Generator().manual_seed(self.seed)
+
+    def override(self, drafts: torch.Tensor, generated_so_far: int) -> torch.Tensor:
+        """Replace drafts [D] for the step whose first draft is generated token ``generated_so_far``."""
+        num_drafts = drafts.shape[0]
+        k = min(self.profile.sample(self._generator), num_drafts)
+        self.drawn.append(k)
+        ref = self.reference[generated_so_far:generated_so_far + num_drafts + 1]
+        out = drafts.clone()
+        for j in range(num_drafts):
+            if j < k and j < len(ref):
+                out[j] = ref[j]
+            elif j < len(ref):
+                out[j] = (ref[j] + 1) % self.vocab_size  # certainly not the target's choice
+        return out

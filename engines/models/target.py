@@ -1,0 +1,70 @@
+"""What every target model offers the decode loops, and the shared decoder-stack forward."""
+
+import abc
+import dataclasses
+
+import torch
+from torch import nn
+
+from specpilot.engines.cache import ModelCache
+from specpilot.engines.models.layers import rope_cos_sin
+from specpilot.engines.models.layers import rope_inv_freq
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetOutput:
+    """logits [B, T', V] fp32 (T' = T, or 1 with ``last_only``); aux [B, T, len(capture) * hidden]."""
+
+    logits: torch.Tensor
+    aux: torch.Tensor | None
+
+
+class TargetModel(nn.Module, abc.ABC):
+    """Decoder-only target: ``model.embed_tokens``, ``model.layers``, ``model.norm``, ``lm_head``.
+
+    Subclasses build the modules, set ``self.inv_freq`` and implement ``new_cache``; every layer's
+    forward is ``layer(h, cos, sin, positions, layer_cache, commit_all)``.
+    """
+
+    hidden_size: int
+    vocab_size: int
+    num_layers: int
+    rope_spec: tuple[float, int]  # (theta, rotary dims)
+
+    def _init_buffers(self) -> None:
+        """(Re)compute the fp32 rotary frequencies on the weights' device (after meta init / .to())."""
+        device = self.lm_head.weight.device
+        self.inv_freq = None if device.type == "meta" else rope_inv_freq(*self.rope_spec).to(device)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    @abc.abstractmethod
+    def new_cache(self, num_rows: int, capacity: int, rollback: str = "snapshot") -> ModelCache:
+        """Fresh per-layer state for ``num_rows`` requests of up to ``capacity`` tokens."""
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: ModelCache,
+                commit_all: bool = True, capture: tuple[int, ...] = (),
+                last_only: bool = False) -> TargetOutput:
+        """Run T new tokens per request through the stack, updating ``cache``.
+
+        Args:
+            input_ids, positions: [B, T]. ``commit_all``: keep every row (prefill, AR); otherwise rows
+                stay pending until ``cache.commit``. ``capture``: layer ids whose outputs (HF
+                ``hidden_states[i + 1]``) are concatenated into ``aux`` in that order.
+        """
+        hidden = self.embed(input_ids)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, hidden.dtype)
+        captured = {}
+        for i, layer in enumerate(self.model.layers):
+            hidden = layer(hidden, cos, sin, positions, cache.layers[i], commit_all)
+            if i in capture:
+                captured[i] = hidden
+        aux = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
+        if last_only:
+            hidden = hidden[:, -1:]
+        return TargetOutput(self.compute_logits(self.model.norm(hidden)), aux)

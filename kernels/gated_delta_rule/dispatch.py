@@ -1,0 +1,47 @@
+"""Device dispatch for the gated delta rule: fla-core on CUDA, the torch reference elsewhere."""
+
+import functools
+
+import torch
+
+from specpilot.kernels.gated_delta_rule.reference import gated_delta_rule_ref
+
+
+@functools.lru_cache(maxsize=None)
+def have_fla() -> bool:
+    """True when flash-linear-attention's gated-delta-rule kernels import (GPU boxes with the wheel)."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _fla(q, k, v, g, beta, initial_state, keep_steps):
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+    num_tokens = q.shape[1]
+    if keep_steps:
+        # Per-token snapshots: one fused step per token, each returning its state.
+        outs, steps, state = [], [], initial_state
+        for t in range(num_tokens):
+            o, state = fused_recurrent_gated_delta_rule(
+                q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], g=g[:, t:t + 1], beta=beta[:, t:t + 1],
+                initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
+            outs.append(o)
+            steps.append(state)
+        return torch.cat(outs, dim=1), state, torch.stack(steps, dim=1)
+    # chunk kernel for long prefill; the fused recurrent kernel for decode/verify widths
+    fn = chunk_gated_delta_rule if num_tokens > 64 else fused_recurrent_gated_delta_rule
+    o, state = fn(q, k, v, g=g.float(), beta=beta, initial_state=initial_state,
+                  output_final_state=True, use_qk_l2norm_in_kernel=True)
+    return o, state, None
+
+
+def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False):
+    """Same contract as :func:`gated_delta_rule_ref`; runs fla's Triton kernels on CUDA tensors."""
+    if q.is_cuda and have_fla():
+        return _fla(q, k, v, g, beta, initial_state, keep_steps)
+    return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)

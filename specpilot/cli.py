@@ -1,0 +1,92 @@
+"""The ``specpilot`` command line, generated from typed argument dataclasses.
+
+Each command lives in ``specpilot/commands/<name>.py`` and defines a frozen dataclass ``Args`` whose
+fields carry their help text as ``Annotated[type, "help"]`` (positional fields are marked with
+:class:`Positional`), plus ``run(args) -> int``. Command modules are imported only when that command
+runs, so ``specpilot --help`` needs none of the heavy optional dependencies.
+"""
+
+import argparse
+import dataclasses
+import importlib
+import sys
+import types
+import typing
+
+from specpilot.errors import SpecPilotError
+
+COMMANDS = {
+    "generate": ("specpilot.commands.generate", "Generate text with one engine and print tau."),
+    "validate": ("specpilot.commands.validate", "Token-force an engine against the AR reference."),
+}
+
+
+class Positional:
+    """Marker in ``Annotated[...]`` metadata: the field is a positional argument."""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
+    """Add one argument per field of dataclass ``cls``; types, defaults and help come from the field."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        meta = getattr(hint, "__metadata__", ())
+        base = typing.get_args(hint)[0] if meta else hint
+        help_text = next((m for m in meta if isinstance(m, str)), "")
+        positional = any(m is Positional for m in meta)
+        choices = None
+        origin = typing.get_origin(base)
+        if origin is typing.Literal:
+            choices = list(typing.get_args(base))
+            base = type(choices[0])
+        optional = (origin is typing.Union or isinstance(base, types.UnionType)) and \
+            type(None) in typing.get_args(base)
+        if optional:
+            base = next(a for a in typing.get_args(base) if a is not type(None))
+        has_default = field.default is not dataclasses.MISSING
+        default = field.default if has_default else None
+        if positional:
+            parser.add_argument(field.name, type=base, choices=choices, help=help_text)
+        elif base is bool:
+            parser.add_argument(_flag(field.name), action=argparse.BooleanOptionalAction,
+                                default=default, help=help_text)
+        else:
+            parser.add_argument(
+                _flag(field.name), dest=field.name, type=base, choices=choices, default=default,
+                required=not has_default, help=f"{help_text} (default: {default})" if has_default else help_text,
+            )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specpilot", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, summary) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=summary, description=summary)
+        cmd.set_defaults(_module=module_name)
+        module = importlib.import_module(module_name)
+        add_dataclass_args(cmd, module.Args)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    module = importlib.import_module(ns._module)
+    values = {f.name: getattr(ns, f.name) for f in dataclasses.fields(module.Args)}
+    try:
+        args = module.Args(**values)
+    except ValueError as err:
+        parser.error(str(err))
+    try:
+        return int(module.run(args) or 0)
+    except SpecPilotError as err:
+        print(f"specpilot {ns.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

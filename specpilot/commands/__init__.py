@@ -1,0 +1,1 @@
+"""One module per ``specpilot`` command (see ``specpilot.cli``)."""

@@ -1,0 +1,60 @@
+"""``specpilot validate SETTING --engine E``: token forcing against the AR reference; exit 0 = pass."""
+
+import dataclasses
+import json
+from typing import Annotated
+
+from specpilot.cli import Positional
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    setting: Annotated[str, Positional, "deployment setting, e.g. cpu_c1_tiny"]
+    engine: Annotated[str, "engine to judge: stock, final, a recipe name, or broken:<kind>"] = "stock"
+    dataset: Annotated[str | None, "bundled prompt set (default: the setting's)"] = None
+    prompts_file: Annotated[str | None, "JSONL file with one 'prompt' field per line"] = None
+    num_prompts: Annotated[int | None, "number of prompts (default: the setting's)"] = None
+    max_new_tokens: Annotated[int | None, "tokens per prompt (default: the setting's)"] = None
+    json: Annotated[str | None, "write the report as JSON to this path"] = None
+    seed: Annotated[int, "seed for the canary positions"] = 0
+
+    def __post_init__(self):
+        if self.dataset and self.prompts_file:
+            raise ValueError("give --dataset or --prompts-file, not both")
+        for name in ("num_prompts", "max_new_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+
+
+def run(args: Args) -> int:
+    from specpilot.build import load_models
+    from specpilot.datasets import load_prompts
+    from specpilot.datasets import prompts_file
+    from specpilot.engine_names import build_engine
+    from specpilot.engines.engine import SamplingParams
+    from specpilot.recipe import AR
+    from specpilot.settings import load_setting
+    from specpilot.validation import validate_engine
+
+    setting = load_setting(args.setting)
+    val = setting.validation
+    count = args.num_prompts or val.num_prompts
+    texts = (prompts_file(args.prompts_file, count) if args.prompts_file
+             else load_prompts(args.dataset or val.dataset, count))
+    models = load_models(setting, with_drafter=args.engine != "ar")
+    prompts = [models.tokenizer.encode(t).ids for t in texts]
+    params = SamplingParams(max_new_tokens=args.max_new_tokens or val.max_new_tokens)
+    report = validate_engine(models.engine(AR), build_engine(models, args.engine), prompts, params,
+                             epsilon=val.epsilon, max_mismatch_rate=val.max_mismatch_rate,
+                             num_canaries=val.num_canaries, seed=args.seed, name=args.engine)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_dict(), f, indent=2)
+    verdict = "PASS" if report.passed else "FAIL"
+    print(f"{verdict} {args.setting} --engine {args.engine}: {report.num_prompts} prompts, "
+          f"{report.num_tokens} tokens, {report.num_mismatches} mismatches "
+          f"(max gap {report.max_mismatch_gap:.3g}), tau {report.tau:.2f}")
+    for failure in report.failures:
+        print(f"  - {failure}")
+    return 0 if report.passed else 1

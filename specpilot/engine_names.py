@@ -1,0 +1,35 @@
+"""Engine names the CLI accepts: recipes (``ar``, ``stock``, a setting's ``recipes/<name>.json``) and,
+for ``validate`` only, the deliberately broken engines."""
+
+from specpilot.errors import SpecPilotError
+from specpilot.recipe import AR
+from specpilot.recipe import STOCK
+from specpilot.recipe import Recipe
+from specpilot.settings import Setting
+
+BUILTIN = {"ar": AR, "stock": STOCK}
+
+
+def recipe_for(setting: Setting, name: str) -> Recipe:
+    """``ar``/``stock``, or ``settings/<setting>/recipes/<name>.json`` (``final`` is the champion)."""
+    if name in BUILTIN:
+        return BUILTIN[name]
+    path = setting.directory / "recipes" / f"{name}.json"
+    if path.is_file():
+        return Recipe.from_json(path)
+    known = sorted(set(BUILTIN) | {p.stem for p in (setting.directory / "recipes").glob("*.json")})
+    hint = " (the search campaign writes 'final')" if name == "final" else ""
+    raise SpecPilotError(f"setting {setting.name} has no engine {name!r}{hint}; known: {known}")
+
+
+def build_engine(models, name: str):
+    """An engine by name; ``broken:<kind>`` builds a deliberately broken stock engine."""
+    if name.startswith("broken:"):
+        from specpilot.validation.broken import BROKEN_ENGINES
+
+        kind = name.split(":", 1)[1]
+        if kind not in BROKEN_ENGINES:
+            raise SpecPilotError(f"unknown broken engine {kind!r}; known: {sorted(BROKEN_ENGINES)}")
+        return BROKEN_ENGINES[kind](models.target, models.drafter, STOCK,
+                                    max_len=models.setting.engine.max_len)
+    return models.engine(recipe_for(models.setting, name))

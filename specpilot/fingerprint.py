@@ -1,0 +1,87 @@
+"""The environment fingerprint every result and every tuned config carries (DESIGN.md §5)."""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class Fingerprint:
+    """Where a number was measured: GPU SKU and compute capability, driver, CUDA, torch, triton, commit."""
+
+    gpu: str
+    compute_capability: str
+    driver: str
+    cuda: str
+    torch: str
+    triton: str
+    python: str
+    commit: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def kernel_key(self) -> str:
+        """Fields that invalidate a tuned kernel config when they change (commit excluded)."""
+        fields = (self.gpu, self.compute_capability, self.driver, self.cuda, self.torch, self.triton)
+        return "|".join(fields)
+
+
+def _nvidia_driver() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "none"
+
+
+def _git_commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def current(device: str = "cuda") -> Fingerprint:
+    """The fingerprint of this process's environment for ``device`` ("cuda" or "cpu")."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        gpu, cc = props.name, f"{props.major}.{props.minor}"
+        driver, cuda = _nvidia_driver(), str(torch.version.cuda)
+    else:
+        gpu, cc, driver, cuda = f"cpu:{platform.machine()}", "none", "none", "none"
+    return Fingerprint(
+        gpu=gpu, compute_capability=cc, driver=driver, cuda=cuda, torch=torch.__version__,
+        triton=triton_version, python=platform.python_version(), commit=_git_commit(),
+    )
+
+
+def stable_hash(obj) -> str:
+    """A short content hash of a JSON-serialisable object (recipe hash, setting hash)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

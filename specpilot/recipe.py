@@ -1,0 +1,73 @@
+"""Recipes: frozen, JSON-serialisable descriptions of one engine (DESIGN.md §2).
+
+A recipe is data: the decode loops read its fields; nothing else (no environment variable) changes
+tokens or timing. ``stock`` is what the released drafter system does, ``ar`` is plain decoding, and
+``final`` is a campaign's champion. Unknown keys and bad values are errors.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Literal
+
+from specpilot.errors import SpecPilotError
+from specpilot.fingerprint import stable_hash
+
+_CHOICES = {
+    "gdn_rollback": ("snapshot", "replay"),
+    "draft_sampling": ("greedy", "sample"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One engine. Every field is a mechanism the search may change."""
+
+    name: str = "stock"
+    speculative: bool = True
+    """False: plain autoregressive decoding (the reference engine)."""
+    block_size: int | None = None
+    """Verify window incl. the anchor; None = the drafter checkpoint's (DFlash 16, DFlash2 8)."""
+    gdn_rollback: Literal["snapshot", "replay"] = "snapshot"
+    """How Gated-DeltaNet state returns to the last accepted token (DESIGN.md §3.2)."""
+    draft_sampling: Literal["greedy", "sample"] = "greedy"
+    """At T > 0: greedy point-mass drafts (SGLang) or drafts sampled from the drafter (z-lab)."""
+    cuda_graphs: bool = True
+    """Capture the decode and verify steps as CUDA graphs (GPU only)."""
+
+    def __post_init__(self):
+        for field, choices in _CHOICES.items():
+            if getattr(self, field) not in choices:
+                raise SpecPilotError(f"recipe {self.name!r}: {field} must be one of {choices}, "
+                                     f"got {getattr(self, field)!r}")
+        if self.block_size is not None and not 2 <= self.block_size <= 64:
+            raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
+                                 f"got {self.block_size}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recipe":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecPilotError(f"unknown recipe key(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "Recipe":
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as err:
+            raise SpecPilotError(f"cannot read recipe {path}: {err}") from err
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        return stable_hash({k: v for k, v in self.to_dict().items() if k != "name"})
+
+    def replace(self, **changes) -> "Recipe":
+        return dataclasses.replace(self, **changes)
+
+
+STOCK = Recipe(name="stock")
+AR = Recipe(name="ar", speculative=False)

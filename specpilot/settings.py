@@ -1,0 +1,112 @@
+"""Deployment settings: ``settings/<name>/setting.toml`` (DESIGN.md §2), loaded with strict keys.
+
+Model sources (``[target] source`` / ``[drafter] source``):
+- ``generated:<name>``: a tiny checkpoint generated deterministically on first use (``specpilot.tiny``);
+- ``random:<file.json>``: the architecture config next to the setting, random weights made on the
+  device (seed-scale speed runs; never downloaded);
+- ``hf:<repo id>@<revision>``: a Hugging Face checkpoint, read from the local HF cache only;
+- anything else: a local checkpoint directory.
+"""
+
+import dataclasses
+import os
+import tomllib
+from pathlib import Path
+
+from specpilot.errors import SpecPilotError
+from specpilot.fingerprint import stable_hash
+
+SETTINGS_DIR = Path(os.environ.get("SPECPILOT_SETTINGS_DIR",
+                                   Path(__file__).resolve().parent.parent / "settings"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    source: str
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_len: int = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    concurrency: int = 1
+    dataset: str = "gsm8k"
+    num_prompts: int = 8
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    acceptance_profile: str | None = None  # bench on random weights: "tau:<mean>" or a profile file
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    dataset: str = "gsm8k"
+    num_prompts: int = 16
+    max_new_tokens: int = 64
+    epsilon: float = 1e-4
+    max_mismatch_rate: float = 0.001
+    num_canaries: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    gpu: str
+    target: ModelSource
+    drafter: ModelSource | None
+    tokenizer: str = "target"
+    description: str = ""
+    engine: EngineConfig = EngineConfig()
+    scenario: Scenario = Scenario()
+    validation: Validation = Validation()
+    directory: Path = Path(".")
+
+    def hash(self) -> str:
+        data = dataclasses.asdict(self)
+        data.pop("directory")
+        return stable_hash(data)
+
+
+def _section(cls, data: dict, where: str):
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SpecPilotError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**data)
+    except TypeError as err:
+        raise SpecPilotError(f"{where}: {err}") from err
+
+
+def available() -> list[str]:
+    return sorted(p.parent.name for p in SETTINGS_DIR.glob("*/setting.toml"))
+
+
+def load_setting(name: str) -> Setting:
+    """Read ``settings/<name>/setting.toml``; an unknown name lists the settings that exist."""
+    path = SETTINGS_DIR / name / "setting.toml"
+    if not path.is_file():
+        raise SpecPilotError(f"unknown setting {name!r}; available: {', '.join(available())}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise SpecPilotError(f"{path}: {err}") from err
+    where = str(path)
+    sections = {"target": ModelSource, "drafter": ModelSource, "engine": EngineConfig,
+                "scenario": Scenario, "validation": Validation}
+    parsed = {}
+    for key, cls in sections.items():
+        if key in data:
+            parsed[key] = _section(cls, data.pop(key), f"{where} [{key}]")
+    if "target" not in parsed:
+        raise SpecPilotError(f"{where}: a [target] section is required")
+    parsed.setdefault("drafter", None)
+    setting = _section(Setting, {**data, **parsed, "directory": path.parent}, where)
+    if setting.name != name:
+        raise SpecPilotError(f"{where}: name {setting.name!r} does not match its directory {name!r}")
+    return setting

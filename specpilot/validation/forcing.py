@@ -1,0 +1,155 @@
+"""Token forcing against the AR reference on the same weights.
+
+1. Reference: the ``ar`` engine generates each prompt greedily, recording at every position its token
+   and its top-1/top-2 logit gap. At a few seeded *canary* positions the reference commits its
+   runner-up token instead of its choice and continues from there.
+2. Candidate: generated with a forcer. Every token it commits is compared with the reference at that
+   position; on a mismatch the pair is recorded and the reference token is committed instead, so one
+   divergence cannot cascade and every position is compared. At canary positions the canary token is
+   injected without comparison. An engine that replays stored outputs instead of computing (a cache
+   keyed by prompt, a copy of the reference) cannot follow a canary and fails right after it.
+3. Verdict: pass iff every mismatch is a near-tie (reference gap <= epsilon), the mismatch rate is at
+   most ``max_mismatch_rate``, every output has the reference's length and finish reason (EOS
+   handling), and the engine returned exactly the tokens the gate saw.
+"""
+
+import dataclasses
+import random
+
+import torch
+
+
+@dataclasses.dataclass
+class Mismatch:
+    prompt: int
+    position: int
+    candidate_token: int
+    reference_token: int
+    reference_gap: float
+
+
+@dataclasses.dataclass
+class Reference:
+    tokens: list[int]
+    gaps: list[float]
+    canaries: dict[int, int]
+    finish_reason: str
+
+
+class _RecordingForcer:
+    """Used on the reference run: records gaps and injects the runner-up at canary positions."""
+
+    def __init__(self, canary_positions: set[int]):
+        self.canary_positions, self.canaries = canary_positions, {}
+        self.tokens, self.gaps = [], []
+
+    def filter(self, index: int, proposed: list[int], logits: torch.Tensor) -> list[int]:
+        kept = []
+        for j, token in enumerate(proposed):
+            top2 = torch.topk(logits[j].float(), 2)
+            self.gaps.append(float(top2.values[0] - top2.values[1]))
+            if index + j in self.canary_positions:
+                token = int(top2.indices[1])
+                self.canaries[index + j] = token
+                kept.append(token)
+                break
+            kept.append(token)
+        self.tokens.extend(kept)
+        return kept
+
+
+class _Forcer:
+    """Used on the candidate run: compare with the reference, record, substitute."""
+
+    def __init__(self, prompt: int, reference: Reference):
+        self.prompt, self.reference = prompt, reference
+        self.mismatches: list[Mismatch] = []
+        self.seen: list[int] = []
+        self.overrun = 0
+
+    def filter(self, index: int, proposed: list[int], logits=None) -> list[int]:
+        ref = self.reference.tokens
+        kept = []
+        for j, token in enumerate(proposed):
+            pos = index + j
+            if pos >= len(ref):
+                self.overrun += len(proposed) - j
+                break
+            if pos in self.reference.canaries:
+                kept.append(self.reference.canaries[pos])
+                break
+            if token != ref[pos]:
+                self.mismatches.append(Mismatch(self.prompt, pos, token, ref[pos],
+                                                self.reference.gaps[pos]))
+                kept.append(ref[pos])
+                break
+            kept.append(token)
+        if not kept:  # past the reference's end: keep the engine's token so it can finish
+            kept = [proposed[0]]
+        self.seen.extend(kept)
+        return kept
+
+
+@dataclasses.dataclass
+class Report:
+    passed: bool
+    num_prompts: int
+    num_tokens: int
+    num_mismatches: int
+    max_mismatch_gap: float
+    mismatches: list[dict]
+    failures: list[str]
+    epsilon: float
+    max_mismatch_rate: float
+    engine: str = ""
+    tau: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def reference_run(engine, prompt_ids: list[int], params, canary_positions: set[int]) -> Reference:
+    forcer = _RecordingForcer(canary_positions)
+    result = engine.generate(prompt_ids, params, forcer=forcer)
+    return Reference(result.tokens, forcer.gaps[:len(result.tokens)], forcer.canaries,
+                     result.finish_reason)
+
+
+def validate_engine(reference_engine, candidate, prompts: list[list[int]], params,
+                    epsilon: float = 1e-4, max_mismatch_rate: float = 0.001,
+                    num_canaries: int = 1, seed: int = 0, name: str = "") -> Report:
+    """Token-force ``candidate`` against ``reference_engine`` (the AR engine) on tokenised prompts."""
+    rng = random.Random(seed)
+    mismatches, failures = [], []
+    num_tokens, accept = 0, []
+    for i, prompt_ids in enumerate(prompts):
+        canaries = {rng.randrange(1, params.max_new_tokens - 1) for _ in range(num_canaries)} \
+            if params.max_new_tokens > 2 else set()
+        ref = reference_run(reference_engine, prompt_ids, params, canaries)
+        forcer = _Forcer(i, ref)
+        result = candidate.generate(prompt_ids, params, forcer=forcer)
+        num_tokens += len(ref.tokens)
+        mismatches.extend(forcer.mismatches)
+        accept.extend(result.accept_lengths)
+        if result.tokens != forcer.seen[:len(result.tokens)] or len(result.tokens) < len(forcer.seen):
+            failures.append(f"prompt {i}: the engine returned tokens the gate did not see")
+        if len(result.tokens) != len(ref.tokens) or forcer.overrun:
+            failures.append(f"prompt {i}: output length {len(result.tokens)} (+{forcer.overrun} past "
+                            f"the end) != reference length {len(ref.tokens)}")
+        elif result.finish_reason != ref.finish_reason:
+            failures.append(f"prompt {i}: finish reason {result.finish_reason!r} != reference "
+                            f"{ref.finish_reason!r}")
+    wide = [m for m in mismatches if m.reference_gap > epsilon]
+    if wide:
+        failures.append(f"{len(wide)} mismatch(es) where the reference's top-2 gap exceeds "
+                        f"epsilon={epsilon} (not near-ties)")
+    rate = len(mismatches) / max(num_tokens, 1)
+    if rate > max_mismatch_rate:
+        failures.append(f"mismatch rate {rate:.4%} > {max_mismatch_rate:.4%}")
+    return Report(
+        passed=not failures, num_prompts=len(prompts), num_tokens=num_tokens,
+        num_mismatches=len(mismatches),
+        max_mismatch_gap=max((m.reference_gap for m in mismatches), default=0.0),
+        mismatches=[dataclasses.asdict(m) for m in mismatches], failures=failures,
+        epsilon=epsilon, max_mismatch_rate=max_mismatch_rate, engine=name,
+        tau=sum(accept) / len(accept) if accept else 0.0)

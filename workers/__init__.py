@@ -1,0 +1,1 @@
+"""Ray GPU workers and the candidate-evaluation pipeline. Not built yet."""
