@@ -88,5 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run through the package module so Positional is one class
+    from specpilot.cli import main as package_main
+
+    sys.exit(package_main())

@@ -1,0 +1,25 @@
+"""Shared test setup: an isolated SPECPILOT_HOME and the tiny checkpoints of the real architectures."""
+
+import os
+import tempfile
+
+import pytest
+
+os.environ.setdefault("SPECPILOT_HOME", tempfile.mkdtemp(prefix="specpilot-test-"))
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """cpu_c1_tiny's models: tiny Qwen3.5 hybrid target, tiny DFlash2 drafter, tokenizer."""
+    from specpilot.build import load_models
+    from specpilot.settings import load_setting
+
+    return load_models(load_setting("cpu_c1_tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_prompts(tiny_models):
+    """16 tokenised gsm8k prompts, truncated to 48 tokens to keep CPU runs short."""
+    from specpilot.datasets import load_prompts
+
+    return [tiny_models.tokenizer.encode(p).ids[:48] for p in load_prompts("gsm8k", 16)]

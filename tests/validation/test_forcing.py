@@ -1,0 +1,54 @@
+"""The token-forcing gate: stock passes, each deliberately broken engine fails."""
+
+import json
+
+import pytest
+
+from specpilot import cli
+from specpilot.engines.engine import SamplingParams
+from specpilot.recipe import AR
+from specpilot.recipe import STOCK
+from specpilot.validation import validate_engine
+from specpilot.validation.broken import BROKEN_ENGINES
+
+
+def test_cli_validate_stock_passes(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = cli.main(["validate", "cpu_c1_tiny", "--engine", "stock", "--num-prompts", "16",
+                     "--max-new-tokens", "64", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 0, report["failures"]
+    assert report["passed"] is True
+    assert report["num_prompts"] == 16 and report["num_tokens"] > 0
+    for key in ("num_mismatches", "max_mismatch_gap", "mismatches"):
+        assert key in report
+    assert "PASS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_ENGINES))
+def test_broken_engine_fails_cli(kind, tmp_path):
+    out = tmp_path / "r.json"
+    code = cli.main(["validate", "cpu_c1_tiny", "--engine", f"broken:{kind}", "--num-prompts", "4",
+                     "--max-new-tokens", "32", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 1 and report["passed"] is False and report["failures"]
+
+
+def test_mismatch_is_recorded_with_position_and_gap(tiny_models, tiny_prompts):
+    broken = BROKEN_ENGINES["accept-all-drafts"](tiny_models.target, tiny_models.drafter, STOCK)
+    report = validate_engine(tiny_models.engine(AR), broken, tiny_prompts[:2],
+                             SamplingParams(max_new_tokens=24))
+    first = report.mismatches[0]
+    assert set(first) == {"prompt", "position", "candidate_token", "reference_token",
+                          "reference_gap"}
+    assert first["candidate_token"] != first["reference_token"]
+    # forcing substitutes the reference token, so every position is compared: length is intact
+    assert not any("length" in f for f in report.failures)
+
+
+def test_near_tie_within_epsilon_passes(tiny_models, tiny_prompts):
+    """A mismatch on a near-tie (gap <= epsilon) is allowed when the rate is low."""
+    broken = BROKEN_ENGINES["accept-all-drafts"](tiny_models.target, tiny_models.drafter, STOCK)
+    report = validate_engine(tiny_models.engine(AR), broken, tiny_prompts[:1],
+                             SamplingParams(max_new_tokens=16), epsilon=1e9, max_mismatch_rate=1.0)
+    assert report.passed and report.num_mismatches > 0
