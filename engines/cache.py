@@ -98,9 +98,14 @@ class GDNState:
         view.conv, view.recurrent = self.conv[index], self.recurrent[index]
         return view
 
-    def commit(self, num_rows: torch.Tensor) -> None:
-        """Keep the first ``num_rows`` [B] rows (>= 1) of the pending forward."""
-        pending, self.pending = self.pending, None
+    def commit(self, num_rows: torch.Tensor, pending: PendingRows | None = None) -> None:
+        """Keep the first ``num_rows`` [B] rows (>= 1) of the pending forward.
+
+        ``pending``: commit these rows instead of ``self.pending`` (a captured CUDA graph binds the
+        rows its verify graph produces).
+        """
+        if pending is None:
+            pending, self.pending = self.pending, None
         if pending is None:
             return
         kernel_minus_1 = self.conv.shape[-1]
@@ -128,10 +133,28 @@ class ModelCache:
     def rows(self, index: slice) -> "ModelCache":
         return ModelCache([None if c is None else c.rows(index) for c in self.layers])
 
-    def commit(self, num_rows: torch.Tensor, new_lengths: torch.Tensor) -> None:
-        """Keep ``num_rows`` [B] rows of the last forward; ``new_lengths`` [B] = committed tokens after."""
-        for layer in self.layers:
+    def commit(self, num_rows: torch.Tensor, new_lengths: torch.Tensor,
+               pending: list | None = None) -> None:
+        """Keep ``num_rows`` [B] rows of the last forward; ``new_lengths`` [B] = committed tokens after.
+
+        ``pending``: per-layer pending rows to commit (see :meth:`pending_rows`), else each layer's own.
+        """
+        for i, layer in enumerate(self.layers):
             if isinstance(layer, KVCache):
                 layer.truncate(new_lengths)
             elif isinstance(layer, GDNState):
-                layer.commit(num_rows)
+                layer.commit(num_rows, None if pending is None else pending[i])
+
+    def pending_rows(self) -> list:
+        """Each layer's pending rows (None for attention layers)."""
+        return [getattr(layer, "pending", None) for layer in self.layers]
+
+    def reset(self) -> None:
+        """Empty every row (a persistent cache reused by the next request)."""
+        for layer in self.layers:
+            if isinstance(layer, KVCache):
+                layer.pos.fill_(-1)
+            elif isinstance(layer, GDNState):
+                layer.conv.zero_()
+                layer.recurrent.zero_()
+                layer.pending = None

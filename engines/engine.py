@@ -8,6 +8,10 @@ rows ``[pending, d_1 .. d_a]`` are now context and ``bonus`` is the new pending 
 
 A forcer (token forcing, ``specpilot.validation``) may shorten what a step keeps and replace its last
 token; the commit rule above makes that exact, so one divergence never cascades.
+
+The step is four fixed-shape functions (decode | draft, verify, commit); on CUDA with
+``recipe.cuda_graphs`` each is captured once as a CUDA graph over a persistent cache and replayed.
+Greedy requests use the graphs; sampled requests run the same functions eagerly.
 """
 
 import dataclasses
@@ -53,7 +57,7 @@ class GenerationResult:
 
 
 class Engine:
-    """Builds nothing itself: give it loaded models (see ``specpilot.build``) and a recipe."""
+    """Give it loaded models (see ``specpilot.build``) and a recipe."""
 
     def __init__(self, target, drafter, recipe: Recipe, max_len: int = 4096):
         self.target, self.recipe, self.max_len = target, recipe, max_len
@@ -64,10 +68,74 @@ class Engine:
             self.drafter.check_target(target)
         self.block_size = (recipe.block_size or drafter.block_size) if self.drafter else 1
         self.device = target.lm_head.weight.device
+        self.use_graphs = recipe.cuda_graphs and self.device.type == "cuda"
+        self._persistent = None  # (cache, draft_cache, graphs) once captured
 
     @property
     def capture(self) -> tuple[int, ...]:
         return tuple(self.drafter.target_layer_ids) if self.drafter is not None else ()
+
+    # -- the four step functions (fixed shapes: capturable) ------------------------------------
+    def _decode_fn(self, cache, ids, positions):
+        return self.target(ids, positions, cache, commit_all=True).logits[:, 0]
+
+    def _draft_fn(self, draft_cache, block_ids, positions, temperature=0.0, generator=None):
+        hidden = self.drafter(self.target.embed(block_ids), positions, draft_cache)
+        return self.drafter.propose(hidden[:, 1:], block_ids[:, 0], self.target.lm_head,
+                                    temperature, generator)
+
+    def _verify_fn(self, cache, draft_cache, verify_ids, positions):
+        out = self.target(verify_ids, positions, cache, commit_all=False, capture=self.capture)
+        self.drafter.commit_context(out.aux, positions, draft_cache)
+        num_accepted, bonus = greedy_accept(verify_ids[:, 1:], out.logits)
+        return out.logits, num_accepted, bonus
+
+    @staticmethod
+    def _commit_fn(cache, draft_cache, num_rows, new_len, pending=None):
+        cache.commit(num_rows, new_len, pending)
+        if draft_cache is not None:
+            draft_cache.commit(num_rows, new_len)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _new_state(self, capacity: int):
+        cache = self.target.new_cache(1, capacity, self.recipe.gdn_rollback)
+        draft_cache = self.drafter.new_cache(1, capacity) if self.drafter is not None else None
+        return cache, draft_cache
+
+    def _graphs(self):
+        """Persistent cache + captured step graphs (built on first use)."""
+        if self._persistent is None:
+            from specpilot.engines.graphs import CapturedStep
+
+            cache, draft_cache = self._new_state(self.max_len)
+            pool = torch.cuda.graph_pool_handle()
+            dev, block = self.device, self.block_size
+            one = torch.ones(1, dtype=torch.long, device=dev)
+            if self.drafter is None:
+                graphs = {"decode": CapturedStep(
+                    lambda ids, positions: self._decode_fn(cache, ids, positions),
+                    {"ids": one[None], "positions": one[None]}, pool)}
+            else:
+                ids = torch.ones(1, block, dtype=torch.long, device=dev)
+                pos = torch.arange(block, device=dev)[None]
+                graphs = {"draft": CapturedStep(
+                    lambda block_ids, positions: self._draft_fn(draft_cache, block_ids, positions)[0],
+                    {"block_ids": ids, "positions": pos}, pool)}
+                graphs["verify"] = CapturedStep(
+                    lambda verify_ids, positions: self._verify_fn(cache, draft_cache, verify_ids,
+                                                                  positions),
+                    {"verify_ids": ids, "positions": pos}, pool)
+                pending = cache.pending_rows()
+                graphs["commit"] = CapturedStep(
+                    lambda num_rows, new_len: self._commit_fn(cache, draft_cache, num_rows, new_len,
+                                                              pending),
+                    {"num_rows": one, "new_len": one * block}, pool)
+            self._persistent = (cache, draft_cache, graphs)
+        cache, draft_cache, graphs = self._persistent
+        cache.reset()
+        if draft_cache is not None:
+            draft_cache.reset()
+        return cache, draft_cache, graphs
 
     def _pick(self, logits: torch.Tensor, params: SamplingParams, generator) -> torch.Tensor:
         if params.temperature <= 0:
@@ -75,6 +143,7 @@ class Engine:
         probs = sampling_probs(logits, params.temperature, params.top_p)
         return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
+    # -- one request ---------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompt_ids: list[int], params: SamplingParams, forcer=None,
                  replay: ReplayPlan | None = None) -> GenerationResult:
@@ -91,8 +160,11 @@ class Engine:
         stops = set(params.stop_token_ids)
         if not params.ignore_eos and self.target.eos_token_id is not None:
             stops.add(self.target.eos_token_id)
-        cache = self.target.new_cache(1, capacity, self.recipe.gdn_rollback)
-        draft_cache = self.drafter.new_cache(1, capacity) if self.drafter is not None else None
+        graphs = None
+        if self.use_graphs and params.temperature <= 0:
+            cache, draft_cache, graphs = self._graphs()
+        else:
+            cache, draft_cache = self._new_state(capacity)
 
         ids = torch.tensor([prompt_ids], device=self.device)
         positions = torch.arange(num_prompt, device=self.device)[None]
@@ -107,14 +179,15 @@ class Engine:
         start = time.perf_counter()
         while len(tokens) < params.max_new_tokens and tokens[-1] not in stops:
             if self.drafter is None:
-                proposed, logits = self._ar_step(tokens[-1], committed, cache, params, generator)
+                proposed, logits = self._ar_step(tokens[-1], committed, cache, params, generator,
+                                                 graphs)
             else:
                 proposed, logits = self._spec_step(tokens[-1], committed, len(tokens), cache,
-                                                   draft_cache, params, generator, replay)
+                                                   draft_cache, params, generator, replay, graphs)
             proposed = self._clip(proposed, stops, params.max_new_tokens - len(tokens))
             kept = forcer.filter(len(tokens), proposed, logits) if forcer is not None else proposed
             committed += len(kept)
-            self._commit(cache, draft_cache, len(kept), committed)
+            self._commit(cache, draft_cache, len(kept), committed, graphs)
             accept_lengths.append(len(kept))
             tokens.extend(kept)
         if self.device.type == "cuda":
@@ -131,20 +204,27 @@ class Engine:
                 return proposed[:i + 1]
         return proposed
 
-    def _commit(self, cache, draft_cache, num_rows: int, committed: int) -> None:
-        """Keep ``num_rows`` rows of the last forward; ``committed`` tokens are now context."""
-        rows = torch.tensor([num_rows], device=self.device)
-        new_len = torch.tensor([committed], device=self.device)
-        cache.commit(rows, new_len)
-        if draft_cache is not None:
-            draft_cache.commit(rows, new_len)
+    def _scalar(self, value: int) -> torch.Tensor:
+        return torch.tensor([value], device=self.device)
 
-    def _ar_step(self, pending, committed, cache, params, generator):
+    def _commit(self, cache, draft_cache, num_rows: int, committed: int, graphs=None) -> None:
+        """Keep ``num_rows`` rows of the last forward; ``committed`` tokens are now context."""
+        if self.drafter is None:
+            return  # AR decode committed its single row already
+        rows, new_len = self._scalar(num_rows), self._scalar(committed)
+        if graphs is not None:
+            graphs["commit"](num_rows=rows, new_len=new_len)
+        else:
+            self._commit_fn(cache, draft_cache, rows, new_len)
+
+    def _ar_step(self, pending, committed, cache, params, generator, graphs=None):
         """One target forward of [pending]; returns ([next token], its logits [1, V])."""
-        ids = torch.tensor([[pending]], device=self.device)
-        positions = torch.tensor([[committed]], device=self.device)
-        out = self.target(ids, positions, cache, commit_all=True)  # AR always keeps its one row
-        return [int(self._pick(out.logits[:, 0], params, generator)[0])], out.logits[0]
+        ids, positions = self._scalar(pending)[None], self._scalar(committed)[None]
+        if graphs is not None:
+            logits = graphs["decode"](ids=ids, positions=positions)
+        else:
+            logits = self._decode_fn(cache, ids, positions)
+        return [int(self._pick(logits, params, generator)[0])], logits
 
     def _accept(self, drafts, logits, draft_probs, params, generator):
         """(num_accepted [B], next token [B]) under the request's sampling rule."""
@@ -154,23 +234,30 @@ class Engine:
         return rejection_accept(drafts, probs, draft_probs, generator)
 
     def _spec_step(self, pending, committed, num_generated, cache, draft_cache, params, generator,
-                   replay):
+                   replay, graphs=None):
         """Draft a block, verify it; returns (kept tokens, the target's logits for them [n, V])."""
         block = self.block_size
         positions = committed + torch.arange(block, device=self.device)[None]
         block_ids = torch.full((1, block), self.drafter.mask_token_id, device=self.device)
         block_ids[0, 0] = pending
-        hidden = self.drafter(self.target.embed(block_ids), positions, draft_cache)
         temperature = params.temperature if self.recipe.draft_sampling == "sample" else 0.0
-        anchor = block_ids[:, 0]
-        drafts, draft_probs = self.drafter.propose(hidden[:, 1:], anchor, self.target.lm_head,
-                                                   temperature, generator)
+        if graphs is not None:
+            drafts, draft_probs = graphs["draft"](block_ids=block_ids, positions=positions), None
+        else:
+            drafts, draft_probs = self._draft_fn(draft_cache, block_ids, positions, temperature,
+                                                 generator)
         if replay is not None:
-            drafts = replay.override(drafts[0], num_generated)[None]
+            drafts = torch.tensor([replay.override(num_generated, block - 1)], device=self.device)
             draft_probs = None
         verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
-        out = self.target(verify_ids, positions, cache, commit_all=False, capture=self.capture)
-        self.drafter.commit_context(out.aux, positions, draft_cache)
-        num_accepted, bonus = self._accept(drafts, out.logits, draft_probs, params, generator)
-        a = int(num_accepted[0])
-        return drafts[0, :a].tolist() + [int(bonus[0])], out.logits[0, :a + 1]
+        if graphs is not None:
+            logits, num_accepted, bonus = graphs["verify"](verify_ids=verify_ids,
+                                                           positions=positions)
+        else:
+            logits, num_accepted, bonus = self._verify_fn(cache, draft_cache, verify_ids, positions)
+            if params.temperature > 0:
+                num_accepted, bonus = self._accept(verify_ids[:, 1:], logits, draft_probs, params,
+                                                   generator)
+        tail = torch.cat([num_accepted, bonus, verify_ids[0, 1:]]).tolist()  # one device sync
+        a = tail[0]
+        return tail[2:2 + a] + [tail[1]], logits[0, :a + 1]

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -45,6 +46,8 @@ def _nvidia_driver() -> str:
 
 
 def _git_commit() -> str:
+    if os.environ.get("SPECPILOT_COMMIT"):  # a copy of the tree without .git (a GPU box) says which
+        return os.environ["SPECPILOT_COMMIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(

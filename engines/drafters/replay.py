@@ -71,16 +71,11 @@ class ReplayPlan:
     def __post_init__(self):
         self._generator = torch.Generator().manual_seed(self.seed)
 
-    def override(self, drafts: torch.Tensor, generated_so_far: int) -> torch.Tensor:
-        """Replace drafts [D] for the step whose first draft is generated token ``generated_so_far``."""
-        num_drafts = drafts.shape[0]
+    def override(self, generated_so_far: int, num_drafts: int) -> list[int]:
+        """Draft tokens for the step whose first draft is generated token ``generated_so_far``."""
         k = min(self.profile.sample(self._generator), num_drafts)
         self.drawn.append(k)
-        ref = self.reference[generated_so_far:generated_so_far + num_drafts + 1]
-        out = drafts.clone()
-        for j in range(num_drafts):
-            if j < k and j < len(ref):
-                out[j] = ref[j]
-            elif j < len(ref):
-                out[j] = (ref[j] + 1) % self.vocab_size  # certainly not the target's choice
-        return out
+        ref = self.reference[generated_so_far:generated_so_far + num_drafts]
+        ref = ref + [0] * (num_drafts - len(ref))  # past the reference: any token will do
+        # reference for the first k positions, then a token that is certainly not the target's choice
+        return [tok if j < k else (tok + 1) % self.vocab_size for j, tok in enumerate(ref)]

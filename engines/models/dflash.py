@@ -245,7 +245,11 @@ class DFlashDraftModel(nn.Module):
 
     def _init_buffers(self) -> None:
         device = self.fc.weight.device
-        self.inv_freq = None if device.type == "meta" else rope_inv_freq(*self.rope_spec).to(device)
+        if device.type == "meta":
+            self.inv_freq = None
+            return
+        with torch.device("cpu"):  # never under a surrounding meta-device context
+            self.inv_freq = rope_inv_freq(*self.rope_spec).to(device)
 
     def check_target(self, target) -> None:
         """Refuse a target this drafter cannot read (layer ids out of range, hidden/vocab mismatch)."""

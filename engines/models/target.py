@@ -34,7 +34,11 @@ class TargetModel(nn.Module, abc.ABC):
     def _init_buffers(self) -> None:
         """(Re)compute the fp32 rotary frequencies on the weights' device (after meta init / .to())."""
         device = self.lm_head.weight.device
-        self.inv_freq = None if device.type == "meta" else rope_inv_freq(*self.rope_spec).to(device)
+        if device.type == "meta":
+            self.inv_freq = None
+            return
+        with torch.device("cpu"):  # never under a surrounding meta-device context
+            self.inv_freq = rope_inv_freq(*self.rope_spec).to(device)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)

@@ -22,6 +22,8 @@ def _fla(q, k, v, g, beta, initial_state, keep_steps):
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
+    q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+    g = g.float().contiguous()
     num_tokens = q.shape[1]
     if keep_steps:
         # Per-token snapshots: one fused step per token, each returning its state.
@@ -35,7 +37,7 @@ def _fla(q, k, v, g, beta, initial_state, keep_steps):
         return torch.cat(outs, dim=1), state, torch.stack(steps, dim=1)
     # chunk kernel for long prefill; the fused recurrent kernel for decode/verify widths
     fn = chunk_gated_delta_rule if num_tokens > 64 else fused_recurrent_gated_delta_rule
-    o, state = fn(q, k, v, g=g.float(), beta=beta, initial_state=initial_state,
+    o, state = fn(q, k, v, g=g, beta=beta, initial_state=initial_state,
                   output_final_state=True, use_qk_l2norm_in_kernel=True)
     return o, state, None
 

@@ -12,9 +12,10 @@ from specpilot.engines.engine import Engine
 class AcceptAllDrafts(Engine):
     """Commits every draft plus the target's last token, whatever the verify said."""
 
-    def _accept(self, drafts, logits, draft_probs, params, generator):
-        num_drafts = drafts.shape[1]
-        return (torch.full((drafts.shape[0],), num_drafts, device=drafts.device),
+    def _verify_fn(self, cache, draft_cache, verify_ids, positions):
+        logits, _, _ = super()._verify_fn(cache, draft_cache, verify_ids, positions)
+        num_drafts = verify_ids.shape[1] - 1
+        return (logits, torch.full((verify_ids.shape[0],), num_drafts, device=verify_ids.device),
                 logits[:, -1].argmax(dim=-1))
 
 
@@ -22,16 +23,14 @@ class SkipVerify(Engine):
     """Emits the drafter's block without any target verify forward."""
 
     def _spec_step(self, pending, committed, num_generated, cache, draft_cache, params, generator,
-                   replay):
-        block = self.block_size
-        positions = committed + torch.arange(block, device=self.device)[None]
-        block_ids = torch.full((1, block), self.drafter.mask_token_id, device=self.device)
+                   replay, graphs=None):
+        positions = committed + torch.arange(self.block_size, device=self.device)[None]
+        block_ids = torch.full((1, self.block_size), self.drafter.mask_token_id, device=self.device)
         block_ids[0, 0] = pending
-        hidden = self.drafter(self.target.embed(block_ids), positions, draft_cache)
-        drafts, _ = self.drafter.propose(hidden[:, 1:], block_ids[:, 0], self.target.lm_head)
+        drafts, _ = self._draft_fn(draft_cache, block_ids, positions)
         return drafts[0].tolist(), None
 
-    def _commit(self, cache, draft_cache, num_rows, committed):
+    def _commit(self, cache, draft_cache, num_rows, committed, graphs=None):
         pass  # nothing was verified, so there is nothing to commit
 
 
@@ -48,12 +47,12 @@ class Truncate(Engine):
 class StaleRecurrentState(Engine):
     """Rolls back attention KV but keeps the Gated-DeltaNet state of the whole verified block."""
 
-    def _commit(self, cache, draft_cache, num_rows, committed):
+    def _commit(self, cache, draft_cache, num_rows, committed, graphs=None):
         for layer in cache.layers:
             if isinstance(layer, GDNState) and layer.pending is not None:
                 layer.commit(torch.full((layer.conv.shape[0],), layer.pending.conv_window.shape[-1]
                                         - layer.conv.shape[-1], device=self.device))
-        super()._commit(cache, draft_cache, num_rows, committed)
+        super()._commit(cache, draft_cache, num_rows, committed, graphs)
 
 
 class PromptKeyedCache(Engine):
