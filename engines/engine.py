@@ -23,6 +23,7 @@ from specpilot.engines.decode.accept import greedy_accept
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.drafters.replay import ReplayPlan
+from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.recipe import Recipe
 
 
@@ -69,6 +70,7 @@ class Engine:
         self.block_size = (recipe.block_size or drafter.block_size) if self.drafter else 1
         self.device = target.lm_head.weight.device
         self.use_graphs = recipe.cuda_graphs and self.device.type == "cuda"
+        self.fused = recipe.fused_elementwise and self.device.type == "cuda"
         self._persistent = None  # (cache, draft_cache, graphs) once captured
 
     @property
@@ -153,6 +155,9 @@ class Engine:
         if capacity > self.max_len:
             raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the engine's context of {self.max_len} tokens")
+        for model in (self.target, self.drafter):
+            if model is not None:  # models may be shared by engines of different recipes
+                set_fused_elementwise(model, self.fused)
         generator = None
         if params.temperature > 0:
             generator = torch.Generator(device=self.device)
@@ -259,5 +264,9 @@ class Engine:
                 num_accepted, bonus = self._accept(verify_ids[:, 1:], logits, draft_probs, params,
                                                    generator)
         tail = torch.cat([num_accepted, bonus, verify_ids[0, 1:]]).tolist()  # one device sync
-        a = tail[0]
-        return tail[2:2 + a] + [tail[1]], logits[0, :a + 1]
+        a, bonus = tail[0], tail[1]
+        if replay is not None:  # benchmark-only simulated acceptance (see ReplayPlan)
+            replay.agreed.append(a)
+            a = replay.drawn[-1]
+            bonus = int(logits[0, a].argmax())
+        return tail[2:2 + a] + [bonus], logits[0, :a + 1]

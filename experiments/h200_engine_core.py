@@ -69,27 +69,33 @@ def gpu_parity_tiny():
     tok = Tokenizer.from_file(str(tiny.TOKENIZER_FILE))
     prompts = [tok.encode(p).ids[:48] for p in tokenizer_prompts]
     target = load_model(tiny.tiny_target(), "cuda", torch.float32)
-    ar = Engine(target, None, AR, max_len=256)
+    ar = Engine(target, None, AR.replace(fused_elementwise=False), max_len=256)
     params = SamplingParams(max_new_tokens=40, ignore_eos=True)
     refs = [ar.generate(p, params).tokens for p in prompts]
     out = {"fla": have_fla(), "cases": []}
     for name in ("tiny-dflash", "tiny-dflash2"):
         drafter = load_model(tiny.tiny_drafter(name), "cuda", torch.float32)
-        for rollback in ("snapshot", "replay"):
-            stock = Engine(target, drafter, STOCK.replace(gdn_rollback=rollback), max_len=256)
+        variants = [("snapshot", False), ("replay", False)]
+        if name == "tiny-dflash2":
+            variants.append(("snapshot", True))
+        for rollback, fused in variants:
+            ar = Engine(target, None, AR.replace(fused_elementwise=fused), max_len=256)
+            stock = Engine(target, drafter, STOCK.replace(gdn_rollback=rollback,
+                                                          fused_elementwise=fused), max_len=256)
             bad = []
             for k in range(stock.block_size):
                 for i, (p, ref) in enumerate(zip(prompts, refs)):
                     plan = ReplayPlan(ref, AcceptanceProfile.fixed(k, stock.block_size),
                                       tiny.VOCAB_SIZE)
                     got = stock.generate(p, params, replay=plan).tokens
-                    if got != ref:
+                    if got != ref or plan.agreed[:-1] != plan.drawn[:-1]:
                         bad.append({"k": k, "prompt": i,
                                     "first_diff": next(j for j, (a, b) in enumerate(zip(got, ref))
                                                        if a != b)})
             natural = all(stock.generate(p, params).tokens == r for p, r in zip(prompts, refs))
             report = validate_engine(ar, stock, prompts, params)
             out["cases"].append({"drafter": name, "rollback": rollback, "graphs": stock.use_graphs,
+                                 "fused_elementwise": stock.fused,
                                  "fixed_k_mismatches": bad, "natural_equal": natural,
                                  "validate_passed": report.passed,
                                  "validate_failures": report.failures})
@@ -116,6 +122,25 @@ def _events_ms(fn, reps=30):
     return statistics.median(times)
 
 
+def _profile_ar_step(engine):
+    """CUDA time by kernel over 10 replays of the captured AR decode step (eager-free view)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile
+
+    graph = engine._persistent[2]["decode"].graph
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = []
+    for evt in prof.key_averages():
+        total = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        rows.append((evt.key[:90], total / 10 / 1e3, evt.count // 10))
+    rows.sort(key=lambda r: -r[1])
+    return {"kernel_ms_per_step_total": sum(r[1] for r in rows),
+            "top": [{"kernel": k, "ms_per_step": t, "calls_per_step": c} for k, t, c in rows[:25]]}
+
+
 @section("seed_scale")
 def seed_scale():
     setting = load_setting("h200_c1_qwen38-27b_dflash2")
@@ -128,51 +153,68 @@ def seed_scale():
     weight_bytes = sum(p.numel() * p.element_size() for p in models.target.parameters())
     res["target_weight_bytes"] = weight_bytes
     res["weight_read_floor_ms"] = weight_bytes / 4.58e12 * 1e3
-    ar, stock = models.engine(AR), models.engine(STOCK)
+    engines = {
+        "ar": models.engine(AR),
+        "ar_unfused": models.engine(AR.replace(fused_elementwise=False)),
+        "stock_snapshot": models.engine(STOCK),
+        "stock_replay": models.engine(STOCK.replace(gdn_rollback="replay")),
+    }
     ar_eager = models.engine(AR.replace(cuda_graphs=False))
     base = models.tokenizer.encode(" ".join(load_prompts("gsm8k", 40))).ids
-    prompts = [base[i * 37:i * 37 + 128] for i in range(6)]
+    prompts = [base[i * 37:i * 37 + 128] for i in range(4)]
     new = setting.scenario.max_new_tokens
     params = SamplingParams(max_new_tokens=new, ignore_eos=True)
+    block = engines["stock_snapshot"].block_size
     profile = AcceptanceProfile.parametric(float(setting.scenario.acceptance_profile.split(":")[1]),
-                                           stock.block_size)
+                                           block)
     res["profile"] = {"name": profile.name, "tau": profile.tau}
-    # warm-up: compile, autotune, graph capture
-    warm = ar.generate(prompts[0], SamplingParams(max_new_tokens=16, ignore_eos=True))
-    stock.generate(prompts[0], SamplingParams(max_new_tokens=16, ignore_eos=True),
-                   replay=ReplayPlan(warm.tokens, profile, 248320))
-    ar_ms, stock_ms, ratios, taus = [], [], [], []
-    for rep in range(2):
+    short = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    t0 = time.time()
+    warm = engines["ar"].generate(prompts[0], short)  # warm-up: compile, autotune, graph capture
+    for name, engine in engines.items():
+        plan = ReplayPlan(warm.tokens, profile, 248320) if engine.drafter else None
+        engine.generate(prompts[0], short, replay=plan)
+    res["warmup_s"] = time.time() - t0
+    ms = {name: [] for name in engines}
+    taus, agreed = [], []
+    for rep in range(2):  # interleaved: every engine on a prompt before the next prompt
         for i, p in enumerate(prompts):
-            a = ar.generate(p, params)
-            plan = ReplayPlan(a.tokens, profile, 248320, seed=rep * 100 + i)
-            s = stock.generate(p, params, replay=plan)
-            a_ms = a.decode_s / (len(a.tokens) - 1) * 1e3
-            s_ms = s.decode_s / (len(s.tokens) - 1) * 1e3
-            ar_ms.append(a_ms)
-            stock_ms.append(s_ms)
-            ratios.append(a_ms / s_ms)
-            taus.append(s.tau)
-            res.setdefault("stock_tokens_equal_ar", []).append(s.tokens == a.tokens)
+            ref = None
+            for name, engine in engines.items():
+                plan = None
+                if engine.drafter is not None:
+                    plan = ReplayPlan(ref, profile, 248320, seed=rep * 100 + i)
+                out = engine.generate(p, params, replay=plan)
+                ref = ref or out.tokens
+                ms[name].append(out.decode_s / (len(out.tokens) - 1) * 1e3)
+                if plan is not None:
+                    taus.append(out.tau)
+                    agreed.append(sum(plan.agreed) / max(sum(plan.drawn), 1))
     e = ar_eager.generate(prompts[0], SamplingParams(max_new_tokens=32, ignore_eos=True))
     res["ar_eager_ms_per_token"] = e.decode_s / (len(e.tokens) - 1) * 1e3
-    q = statistics.quantiles
-    res["ar_ms_per_token"] = {"median": statistics.median(ar_ms), "p20_p80": q(ar_ms, n=5)[::3],
-                              "all": ar_ms}
-    res["stock_ms_per_token"] = {"median": statistics.median(stock_ms), "all": stock_ms}
-    res["stock_tau"] = statistics.mean(taus)
-    res["stock_speedup_vs_ar"] = {"median": statistics.median(ratios), "ci95": _bootstrap_ci(ratios),
-                                  "pairs": len(ratios), "order": "AR then stock per prompt"}
-    # step split from the captured graphs (the persistent cache holds the last request's state)
-    graphs = stock._persistent[2]
-    res["stock_step_ms"] = {
-        "draft": _events_ms(lambda: graphs["draft"].graph.replay()),
-        "verify": _events_ms(lambda: graphs["verify"].graph.replay()),
-        "commit": _events_ms(lambda: graphs["commit"].graph.replay()),
-    }
-    res["ar_step_ms_graph"] = _events_ms(lambda: ar._persistent[2]["decode"].graph.replay())
-    res["stock_step_ms"]["total_measured_e2e"] = statistics.median(
-        [ms * t for ms, t in zip(stock_ms, taus)])
+    res["ms_per_token"] = {name: {"median": statistics.median(v), "min": min(v), "max": max(v),
+                                  "all": v} for name, v in ms.items()}
+    res["replayed_tau"] = statistics.mean(taus)
+    res["target_agreement_with_replayed_drafts"] = statistics.mean(agreed)
+    for name in ("ar_unfused", "stock_snapshot", "stock_replay"):
+        ratios = [a / b for a, b in zip(ms["ar"], ms[name])]
+        res[f"speedup_{name}_vs_ar"] = {"median": statistics.median(ratios),
+                                        "ci95": _bootstrap_ci(ratios), "pairs": len(ratios)}
+    res["step_ms"] = {}
+    for name in ("stock_snapshot", "stock_replay"):
+        graphs = engines[name]._persistent[2]
+        res["step_ms"][name] = {part: _events_ms(lambda g=graphs[part]: g.graph.replay())
+                                for part in ("draft", "verify", "commit")}
+    res["step_ms"]["ar_decode"] = _events_ms(lambda: engines["ar"]._persistent[2]["decode"]
+                                             .graph.replay())
+    res["step_ms"]["ar_unfused_decode"] = _events_ms(
+        lambda: engines["ar_unfused"]._persistent[2]["decode"].graph.replay())
+    res["kernel_profile_ar_step"] = _profile_ar_step(engines["ar"])
+    report = validate_engine(engines["ar"], engines["stock_snapshot"], prompts[:2],
+                             SamplingParams(max_new_tokens=32, ignore_eos=True), epsilon=0.05,
+                             max_mismatch_rate=0.05)
+    res["seed_scale_forcing"] = {k: v for k, v in report.to_dict().items() if k != "mismatches"}
+    res["seed_scale_forcing"]["mismatch_gaps"] = [m["reference_gap"] for m in report.mismatches]
     return res
 
 
@@ -184,8 +226,13 @@ if __name__ == "__main__":
     save()
     p, s = RESULT.get("gpu_parity_tiny", {}), RESULT.get("seed_scale", {})
     print("parity passed:", p.get("passed"), "| fla:", p.get("fla"))
-    for key in ("weight_read_floor_ms", "ar_eager_ms_per_token", "ar_step_ms_graph", "stock_tau"):
+    for key in ("weight_read_floor_ms", "ar_eager_ms_per_token", "replayed_tau",
+                "target_agreement_with_replayed_drafts", "step_ms"):
         print(key, s.get(key))
-    for key in ("ar_ms_per_token", "stock_ms_per_token", "stock_speedup_vs_ar", "stock_step_ms"):
-        v = s.get(key)
-        print(key, {k: v[k] for k in v if k != "all"} if isinstance(v, dict) else v)
+    for name, v in s.get("ms_per_token", {}).items():
+        print("ms/token", name, round(v["median"], 3), round(v["min"], 3), round(v["max"], 3))
+    for key in [k for k in s if k.startswith("speedup_")]:
+        print(key, s[key])
+    print("kernel ms/step", s.get("kernel_profile_ar_step", {}).get("kernel_ms_per_step_total"))
+    f = s.get("seed_scale_forcing", {})
+    print("seed-scale forcing:", f.get("passed"), f.get("num_mismatches"), f.get("num_tokens"))

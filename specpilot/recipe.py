@@ -34,6 +34,8 @@ class Recipe:
     """At T > 0: greedy point-mass drafts (SGLang) or drafts sampled from the drafter (z-lab)."""
     cuda_graphs: bool = True
     """Capture the decode and verify steps as CUDA graphs (GPU only)."""
+    fused_elementwise: bool = True
+    """Norms, gates and activations as torch.compile'd fused kernels (GPU only)."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():

@@ -114,14 +114,14 @@ def tiny_drafter(name: str, seed: int = 0) -> Path:
     from safetensors.torch import save_file
 
     from specpilot.engines.models import random_model
+    from specpilot.engines.models.loader import checkpoint_state_dict
 
     config = DRAFTERS[name]
 
     def write(out: Path):
         model = random_model(config, seed=seed + 1)
         (out / "config.json").write_text(json.dumps(config, indent=2))
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()},
-                  str(out / "model.safetensors"))
+        save_file(checkpoint_state_dict(model), str(out / "model.safetensors"))
 
     return _write_atomically(home() / "models" / f"{name}-s{seed}", write)
 

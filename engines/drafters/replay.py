@@ -2,8 +2,12 @@
 
 It runs the real drafter's forward at the real shape (so its cost is real), then replaces the
 proposal with the reference continuation for the first k positions and a wrong token after them, k
-drawn from an acceptance profile. On a target whose greedy output *is* the reference, verify then
-accepts exactly k drafts. It never serves users: only bench/validate code paths construct it.
+drawn from an acceptance profile. The target verifies the block at full cost; the step then keeps
+exactly k drafts plus the target's own token after them (a simulated acceptance length, like SGLang's
+SIMULATE_ACC_LEN: on random bf16 weights the verify and the recorded AR continuation disagree at
+near-ties, so the profile, not the numerics, must set acceptance). How many of the k drafts the
+target really agreed with is recorded in ``agreed``. Never lossless, never served: only bench and
+test code construct it.
 """
 
 import dataclasses
@@ -67,6 +71,7 @@ class ReplayPlan:
     vocab_size: int
     seed: int = 0
     drawn: list[int] = dataclasses.field(default_factory=list)
+    agreed: list[int] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         self._generator = torch.Generator().manual_seed(self.seed)

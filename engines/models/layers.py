@@ -1,15 +1,64 @@
 """Building blocks shared by the model families: norms, rotary embedding, masked attention, MLP.
 
 Every block mirrors the numerics of its HF counterpart (cast points included) so that our logits
-match transformers in float32 and stay faithful in bf16.
+match transformers in float32 and stay faithful in bf16. The element-wise math lives in plain
+functions; ``set_fused_elementwise(model, True)`` (a recipe option, CUDA only) switches every block of
+a model to ``torch.compile``d versions of the same functions, one fused kernel each instead of 5-10.
 """
+
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
-class RMSNorm(nn.Module):
+def rms_norm(x, weight, eps: float):
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def zero_centered_rms_norm(x, weight, eps: float):
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * (1.0 + weight.float())).type_as(x)
+
+
+def gated_rms_norm(x, gate, weight, eps: float):
+    dtype = x.dtype
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * xf.to(dtype) * F.silu(gate.float())).to(dtype)
+
+
+def silu_mul(gate, up):
+    return F.silu(gate) * up
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(fn):
+    """``torch.compile`` of an element-wise function (one fused kernel per input shape)."""
+    return torch.compile(fn, fullgraph=True)
+
+
+class Fusable(nn.Module):
+    """A block whose element-wise math can run eagerly or as compiled fused kernels."""
+
+    fused = False
+
+    def op(self, fn):
+        return compiled(fn) if self.fused else fn
+
+
+def set_fused_elementwise(model: nn.Module, fused: bool) -> None:
+    """Switch every fusable block of ``model`` to compiled (True) or eager (False) element-wise math."""
+    for module in model.modules():
+        if isinstance(module, Fusable):
+            module.fused = fused
+
+
+class RMSNorm(Fusable):
     """Qwen3-style RMSNorm: ``w * norm(x).to(dtype)``; weight initialised to 1."""
 
     def __init__(self, dim: int, eps: float):
@@ -18,12 +67,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        return self.op(rms_norm)(x, self.weight, self.eps)
 
 
-class ZeroCenteredRMSNorm(nn.Module):
+class ZeroCenteredRMSNorm(Fusable):
     """Qwen3.5 RMSNorm with the ``(1 + w)`` convention, computed in fp32; weight initialised to 0."""
 
     def __init__(self, dim: int, eps: float):
@@ -32,12 +79,10 @@ class ZeroCenteredRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).type_as(x)
+        return self.op(zero_centered_rms_norm)(x, self.weight, self.eps)
 
 
-class GatedRMSNorm(nn.Module):
+class GatedRMSNorm(Fusable):
     """Gated-DeltaNet output norm: ``w * norm(x) * silu(gate)``; weight initialised to 1."""
 
     def __init__(self, dim: int, eps: float):
@@ -46,24 +91,40 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        out = self.weight * xf.to(dtype)
-        return (out * F.silu(gate.float())).to(dtype)
+        return self.op(gated_rms_norm)(x, gate, self.weight, self.eps)
 
 
-class SwiGLU(nn.Module):
-    """``down(silu(gate(x)) * up(x))`` with HF parameter names."""
+class MergedLinear(nn.Linear):
+    """One GEMM for several checkpoint linears that read the same input (q/k/v, gate/up, ...).
+
+    ``shards`` maps each checkpoint linear's name to its output rows, in order; the loader copies
+    checkpoint tensor ``<prefix>.<shard>.weight`` into rows ``offsets[shard]`` of this weight.
+    """
+
+    def __init__(self, in_features: int, shards: dict[str, int], bias: bool = False):
+        super().__init__(in_features, sum(shards.values()), bias=bias)
+        self.shard_sizes = list(shards.values())
+        self.offsets, start = {}, 0
+        for name, size in shards.items():
+            self.offsets[name] = (start, size)
+            start += size
+
+    def forward_split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self(x).split(self.shard_sizes, dim=-1)
+
+
+class SwiGLU(Fusable):
+    """``down(silu(gate(x)) * up(x))``; gate and up run as one merged GEMM."""
 
     def __init__(self, hidden_size: int, intermediate_size: int):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.gate_up_proj = MergedLinear(hidden_size, {"gate_proj": intermediate_size,
+                                                       "up_proj": intermediate_size})
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj.forward_split(x)
+        return self.down_proj(self.op(silu_mul)(gate, up))
 
 
 def rope_inv_freq(theta: float, rotary_dim: int) -> torch.Tensor:

@@ -43,32 +43,81 @@ def weight_files(path: str | Path) -> dict[str, list[str]]:
     raise CheckpointError(f"no {SINGLE_FILE} or {INDEX_FILE} in checkpoint directory {path}")
 
 
+def _merged_shards(model: nn.Module) -> dict[str, tuple[str, str]]:
+    """``<parent>.<shard>`` -> (merged module path, shard) for every MergedLinear of ``model``."""
+    from specpilot.engines.models.layers import MergedLinear
+
+    table = {}
+    for path, module in model.named_modules():
+        if isinstance(module, MergedLinear):
+            parent = path.rpartition(".")[0]
+            for shard in module.offsets:
+                table[f"{parent}.{shard}" if parent else shard] = (path, shard)
+    return table
+
+
 @torch.no_grad()
 def load_weights(model: nn.Module, path: str | Path, rename=lambda name: name) -> None:
     """Copy every checkpoint tensor into the parameter ``rename(name)`` names (None = skip it).
 
-    Every parameter of ``model`` must be filled exactly once, with the right shape.
+    A name that addresses one shard of a merged linear (``...q_proj.weight`` of a ``qkv_proj``) fills
+    that shard's rows. Every parameter (every shard) of ``model`` must be filled, with the right shape.
     """
     from safetensors import safe_open
 
     path = Path(path)
     params = dict(model.named_parameters())
-    loaded: set[str] = set()
-    for shard in weight_files(path):
-        with safe_open(str(path / shard), framework="pt", device="cpu") as f:
+    modules = dict(model.named_modules())
+    merged = _merged_shards(model)
+    loaded: set[tuple[str, str | None]] = set()
+    expected = {(name, None) for name in params}
+    for module_path, shard in merged.values():
+        for suffix in ("weight", "bias"):
+            if f"{module_path}.{suffix}" in params:
+                expected.discard((f"{module_path}.{suffix}", None))
+                expected.add((f"{module_path}.{suffix}", shard))
+    for shard_file in weight_files(path):
+        with safe_open(str(path / shard_file), framework="pt", device="cpu") as f:
             for name in f.keys():
                 ours = rename(name)
-                if ours is None or ours not in params:
+                if ours is None:
+                    continue
+                owner, _, suffix = ours.rpartition(".")
+                if ours in params:
+                    target, key = params[ours], (ours, None)
+                elif owner in merged:
+                    module_path, shard = merged[owner]
+                    start, size = modules[module_path].offsets[shard]
+                    key = (f"{module_path}.{suffix}", shard)
+                    target = params[key[0]].narrow(0, start, size)
+                else:
                     continue
                 tensor = f.get_tensor(name)
-                param = params[ours]
-                if tuple(tensor.shape) != tuple(param.shape):
+                if tuple(tensor.shape) != tuple(target.shape):
                     raise CheckpointError(
                         f"{path}: tensor {name} has shape {tuple(tensor.shape)}, "
-                        f"the model expects {tuple(param.shape)} for {ours}")
-                param.copy_(tensor.to(dtype=param.dtype))
-                loaded.add(ours)
-    missing = sorted(set(params) - loaded)
+                        f"the model expects {tuple(target.shape)} for {ours}")
+                target.copy_(tensor.to(dtype=target.dtype))
+                loaded.add(key)
+    missing = sorted(f"{n}[{s}]" if s else n for n, s in expected - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
         raise CheckpointError(f"checkpoint {path} lacks {len(missing)} weight(s): {shown}")
+
+
+def checkpoint_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights under checkpoint names (merged linears split back into their shards)."""
+    from specpilot.engines.models.layers import MergedLinear
+
+    out = {}
+    merged = {path: m for path, m in model.named_modules() if isinstance(m, MergedLinear)}
+    for name, tensor in model.state_dict().items():
+        module_path, _, suffix = name.rpartition(".")
+        if module_path in merged:
+            parent = module_path.rpartition(".")[0]
+            for shard, (start, size) in merged[module_path].offsets.items():
+                key = f"{parent}.{shard}.{suffix}" if parent else f"{shard}.{suffix}"
+                out[key] = tensor.narrow(0, start, size).contiguous()
+        else:
+            out[name] = tensor.contiguous()
+    return out

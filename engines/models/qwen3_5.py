@@ -16,7 +16,9 @@ from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
 from specpilot.engines.cache import PendingRows
 from specpilot.engines.models.attention import CachedAttention
+from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import GatedRMSNorm
+from specpilot.engines.models.layers import MergedLinear
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.target import TargetModel
@@ -64,7 +66,12 @@ class Qwen3_5TextArgs:
         return cls(**kwargs)
 
 
-class Qwen3_5GatedDeltaNet(nn.Module):
+def gdn_gates(a, b, A_log, dt_bias):
+    """beta = sigmoid(b); log decay g = -exp(A_log) * softplus(a + dt_bias) in fp32."""
+    return b.sigmoid(), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+
+
+class Qwen3_5GatedDeltaNet(Fusable):
     """Gated DeltaNet token mixer: conv1d over [q|k|v], gated delta rule, gated RMSNorm, out_proj."""
 
     def __init__(self, args: Qwen3_5TextArgs):
@@ -81,10 +88,9 @@ class Qwen3_5GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, args.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, args.hidden_size, bias=False)
-        self.in_proj_qkv = nn.Linear(args.hidden_size, self.conv_dim, bias=False)
-        self.in_proj_z = nn.Linear(args.hidden_size, self.value_dim, bias=False)
-        self.in_proj_b = nn.Linear(args.hidden_size, self.num_v_heads, bias=False)
-        self.in_proj_a = nn.Linear(args.hidden_size, self.num_v_heads, bias=False)
+        self.in_proj = MergedLinear(args.hidden_size, {
+            "in_proj_qkv": self.conv_dim, "in_proj_z": self.value_dim,
+            "in_proj_b": self.num_v_heads, "in_proj_a": self.num_v_heads})
 
     def new_state(self, num_rows: int, dtype, device, rollback: str) -> GDNState:
         return GDNState(num_rows, self.conv_dim, self.conv_kernel, self.num_v_heads,
@@ -92,9 +98,9 @@ class Qwen3_5GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, state: GDNState, commit_all: bool) -> torch.Tensor:
         batch, num_tokens, _ = x.shape
-        mixed = self.in_proj_qkv(x).transpose(1, 2)  # [B, C, T]
-        z = self.in_proj_z(x).reshape(batch, num_tokens, -1, self.head_v_dim)
-        b, a = self.in_proj_b(x), self.in_proj_a(x)
+        mixed, z, b, a = self.in_proj.forward_split(x)
+        mixed = mixed.transpose(1, 2)  # [B, C, T]
+        z = z.reshape(batch, num_tokens, -1, self.head_v_dim)
         window = torch.cat([state.conv, mixed.to(state.conv.dtype)], dim=-1)  # [B, C, K-1+T]
         weight = self.conv1d.weight.squeeze(1)
         conv = F.conv1d(window.to(weight.dtype), weight.unsqueeze(1), groups=self.conv_dim)
@@ -103,8 +109,7 @@ class Qwen3_5GatedDeltaNet(nn.Module):
         q = q.reshape(batch, num_tokens, -1, self.head_k_dim)
         k = k.reshape(batch, num_tokens, -1, self.head_k_dim)
         v = v.reshape(batch, num_tokens, -1, self.head_v_dim)
-        beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        beta, g = self.op(gdn_gates)(a, b, self.A_log, self.dt_bias)
         keep_steps = not commit_all and state.rollback == "snapshot"
         out, final, steps = gated_delta_rule(q, k, v, g, beta, state.recurrent, keep_steps)
         if commit_all:

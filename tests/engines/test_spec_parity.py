@@ -43,6 +43,9 @@ def test_partial_acceptance_at_every_block_position(tiny_models, tiny_prompts, r
             out = engine.generate(prompt, PARAMS, replay=plan)
             assert out.tokens == ref, f"k={k} rollback={rollback}"
             assert set(plan.drawn) == {k}
+            # the target itself accepted exactly the k right drafts (the last step may run past the
+            # reference, where the plan has nothing right to propose)
+            assert plan.agreed[:-1] == plan.drawn[:-1]
             # every full step kept exactly k drafts + the bonus (the last step may be clipped)
             assert all(n == k + 1 for n in out.accept_lengths[:-1])
 
