@@ -39,6 +39,8 @@ def silu_mul(gate, up):
 @functools.lru_cache(maxsize=None)
 def compiled(fn):
     """``torch.compile`` of an element-wise function (one fused kernel per input shape)."""
+    # one function serves every norm width, dtype and row count of a model: allow those variants
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(fn, fullgraph=True)
 
 
