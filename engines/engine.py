@@ -24,6 +24,7 @@ from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.models.layers import set_fused_elementwise
+from specpilot.engines.models.layers import set_gemm
 from specpilot.recipe import Recipe
 
 
@@ -158,6 +159,7 @@ class Engine:
         for model in (self.target, self.drafter):
             if model is not None:  # models may be shared by engines of different recipes
                 set_fused_elementwise(model, self.fused)
+                set_gemm(model, self.recipe.gemm)
         generator = None
         if params.temperature > 0:
             generator = torch.Generator(device=self.device)

@@ -4,9 +4,11 @@
    greedy stock == greedy AR at every fixed acceptance length k = 0..B-1, both rollback strategies,
    and the token-forcing gate.
 2. Seed scale, h200_c1_qwen38-27b_dflash2 (random bf16 weights at full size): AR ms/token at batch 1
-   (CUDA graphs), eager AR for reference, stock ms/token with acceptance replayed from the setting's
-   profile, interleaved AR/stock per prompt (paired ratios, bootstrap CI), and the stock step split
-   into draft / verify / commit from CUDA events around the captured graphs.
+   (CUDA graphs; cuBLAS and the tuned Triton GEMM, configs warm-started from the committed kernel
+   run), eager AR for reference, stock ms/token with acceptance replayed from the setting's profile,
+   all engines interleaved per prompt (paired ratios vs AR, bootstrap CI), the stock step split into
+   draft / verify / commit from CUDA events around the captured graphs, a kernel profile of the AR
+   step, and token forcing between engines on the random weights (bf16 near-tie statistics).
 
 Run from the repo root: PYTHONPATH=$PWD python3 experiments/h200_engine_core.py
 """
@@ -153,11 +155,16 @@ def seed_scale():
     weight_bytes = sum(p.numel() * p.element_size() for p in models.target.parameters())
     res["target_weight_bytes"] = weight_bytes
     res["weight_read_floor_ms"] = weight_bytes / 4.58e12 * 1e3
+    from specpilot.kernels.tuning.seed import seed_from_results
+
+    res["tuned_gemm_configs_seeded"] = seed_from_results(
+        Path(__file__).parent / "results" / "h200-2026-11-29-kernels.json")
     engines = {
         "ar": models.engine(AR),
-        "ar_unfused": models.engine(AR.replace(fused_elementwise=False)),
+        "ar_triton": models.engine(AR.replace(gemm="triton")),
         "stock_snapshot": models.engine(STOCK),
         "stock_replay": models.engine(STOCK.replace(gdn_rollback="replay")),
+        "stock_replay_triton": models.engine(STOCK.replace(gdn_rollback="replay", gemm="triton")),
     }
     ar_eager = models.engine(AR.replace(cuda_graphs=False))
     base = models.tokenizer.encode(" ".join(load_prompts("gsm8k", 40))).ids
@@ -196,25 +203,31 @@ def seed_scale():
                                   "all": v} for name, v in ms.items()}
     res["replayed_tau"] = statistics.mean(taus)
     res["target_agreement_with_replayed_drafts"] = statistics.mean(agreed)
-    for name in ("ar_unfused", "stock_snapshot", "stock_replay"):
+    for name in [n for n in engines if n != "ar"]:
         ratios = [a / b for a, b in zip(ms["ar"], ms[name])]
         res[f"speedup_{name}_vs_ar"] = {"median": statistics.median(ratios),
                                         "ci95": _bootstrap_ci(ratios), "pairs": len(ratios)}
     res["step_ms"] = {}
-    for name in ("stock_snapshot", "stock_replay"):
+    for name in ("stock_snapshot", "stock_replay", "stock_replay_triton"):
         graphs = engines[name]._persistent[2]
         res["step_ms"][name] = {part: _events_ms(lambda g=graphs[part]: g.graph.replay())
                                 for part in ("draft", "verify", "commit")}
     res["step_ms"]["ar_decode"] = _events_ms(lambda: engines["ar"]._persistent[2]["decode"]
                                              .graph.replay())
-    res["step_ms"]["ar_unfused_decode"] = _events_ms(
-        lambda: engines["ar_unfused"]._persistent[2]["decode"].graph.replay())
+    res["step_ms"]["ar_triton_decode"] = _events_ms(
+        lambda: engines["ar_triton"]._persistent[2]["decode"].graph.replay())
     res["kernel_profile_ar_step"] = _profile_ar_step(engines["ar"])
-    report = validate_engine(engines["ar"], engines["stock_snapshot"], prompts[:2],
-                             SamplingParams(max_new_tokens=32, ignore_eos=True), epsilon=0.05,
-                             max_mismatch_rate=0.05)
-    res["seed_scale_forcing"] = {k: v for k, v in report.to_dict().items() if k != "mismatches"}
-    res["seed_scale_forcing"]["mismatch_gaps"] = [m["reference_gap"] for m in report.mismatches]
+    res["kernel_profile_ar_triton_step"] = _profile_ar_step(engines["ar_triton"])
+    # bf16 random weights: how often do two engines disagree, and on what top-2 gaps?
+    res["seed_scale_forcing"] = {}
+    for ref_name, cand_name in (("ar", "stock_snapshot"), ("ar", "ar_triton"),
+                                ("ar_triton", "stock_replay_triton")):
+        report = validate_engine(engines[ref_name], engines[cand_name], prompts[:2],
+                                 SamplingParams(max_new_tokens=32, ignore_eos=True), epsilon=0.05,
+                                 max_mismatch_rate=0.05)
+        row = {k: v for k, v in report.to_dict().items() if k != "mismatches"}
+        row["mismatch_gaps"] = [m["reference_gap"] for m in report.mismatches]
+        res["seed_scale_forcing"][f"{cand_name}_vs_{ref_name}"] = row
     return res
 
 
@@ -233,6 +246,8 @@ if __name__ == "__main__":
         print("ms/token", name, round(v["median"], 3), round(v["min"], 3), round(v["max"], 3))
     for key in [k for k in s if k.startswith("speedup_")]:
         print(key, s[key])
-    print("kernel ms/step", s.get("kernel_profile_ar_step", {}).get("kernel_ms_per_step_total"))
-    f = s.get("seed_scale_forcing", {})
-    print("seed-scale forcing:", f.get("passed"), f.get("num_mismatches"), f.get("num_tokens"))
+    print("kernel ms/step", s.get("kernel_profile_ar_step", {}).get("kernel_ms_per_step_total"),
+          s.get("kernel_profile_ar_triton_step", {}).get("kernel_ms_per_step_total"))
+    for pair, f in s.get("seed_scale_forcing", {}).items():
+        print("seed-scale forcing", pair, f.get("passed"), f.get("num_mismatches"),
+              f.get("num_tokens"), f.get("mismatch_gaps"))

@@ -16,6 +16,7 @@ from specpilot.fingerprint import stable_hash
 _CHOICES = {
     "gdn_rollback": ("snapshot", "replay"),
     "draft_sampling": ("greedy", "sample"),
+    "gemm": ("torch", "triton"),
 }
 
 
@@ -36,6 +37,8 @@ class Recipe:
     """Capture the decode and verify steps as CUDA graphs (GPU only)."""
     fused_elementwise: bool = True
     """Norms, gates and activations as torch.compile'd fused kernels (GPU only)."""
+    gemm: Literal["torch", "triton"] = "torch"
+    """Linear layers (target and drafter): cuBLAS, or the tuned skinny Triton GEMM for <= 64 rows."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():

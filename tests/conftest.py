@@ -6,6 +6,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("SPECPILOT_HOME", tempfile.mkdtemp(prefix="specpilot-test-"))
+# No GPU in CI: Triton kernels run in its interpreter (set before anything imports triton).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from specpilot.engines.cache import KVCache
+from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import MergedLinear
 from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
@@ -26,7 +27,7 @@ class CachedAttention(nn.Module):
         kv_out = num_kv_heads * head_dim
         self.qkv_proj = MergedLinear(hidden_size, {"q_proj": q_out, "k_proj": kv_out,
                                                    "v_proj": kv_out}, bias=bias)
-        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
+        self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bias)
         self.q_norm = norm_cls(head_dim, eps)
         self.k_norm = norm_cls(head_dim, eps)
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
+from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import RMSNorm
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.layers import apply_rope
@@ -105,10 +106,10 @@ class DFlashAttention(nn.Module):
         layer_type = args.layer_types[layer_idx]
         self.is_causal = layer_type == "sliding_attention" if args.is_causal is None else args.is_causal
         self.window = args.sliding_window if layer_type == "sliding_attention" else None
-        self.q_proj = nn.Linear(args.hidden_size, args.num_attention_heads * args.head_dim, bias=False)
-        self.k_proj = nn.Linear(args.hidden_size, args.num_key_value_heads * args.head_dim, bias=False)
-        self.v_proj = nn.Linear(args.hidden_size, args.num_key_value_heads * args.head_dim, bias=False)
-        self.o_proj = nn.Linear(args.num_attention_heads * args.head_dim, args.hidden_size, bias=False)
+        self.q_proj = Linear(args.hidden_size, args.num_attention_heads * args.head_dim, bias=False)
+        self.k_proj = Linear(args.hidden_size, args.num_key_value_heads * args.head_dim, bias=False)
+        self.v_proj = Linear(args.hidden_size, args.num_key_value_heads * args.head_dim, bias=False)
+        self.o_proj = Linear(args.num_attention_heads * args.head_dim, args.hidden_size, bias=False)
         self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps)
         self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps)
 
@@ -141,7 +142,7 @@ class GroupedDynamicCausalConv(nn.Module):
         super().__init__()
         self.kernel_size, self.group_size = kernel_size, group_size
         self.base_kernel = nn.Parameter(torch.zeros(2, kernel_size, hidden_size))
-        self.kernel_projection = nn.Linear(hidden_size, 2 * kernel_size * (hidden_size // group_size),
+        self.kernel_projection = Linear(hidden_size, 2 * kernel_size * (hidden_size // group_size),
                                            bias=False)
 
     def _convolve(self, x, dynamic, base):
@@ -202,7 +203,7 @@ class CandidateSelector(nn.Module):
         self.top_k = int(args.selector_top_k)
         self.predecessor_codebook = nn.Embedding(args.vocab_size, args.selector_rank)
         self.successor_codebook = nn.Embedding(args.vocab_size, args.selector_rank)
-        self.hidden_projection = nn.Linear(args.hidden_size, args.selector_rank, bias=False)
+        self.hidden_projection = Linear(args.hidden_size, args.selector_rank, bias=False)
 
     def walk(self, hidden, logits, anchor, temperature: float, generator=None):
         """hidden [B, T, H], logits [B, T, V], anchor [B] -> tokens [B, T], q [B, T, V] or None."""
@@ -238,7 +239,7 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList(
             [DFlashDecoderLayer(args, i, self.with_conv) for i in range(args.num_hidden_layers)])
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.fc = nn.Linear(len(args.target_layer_ids) * args.hidden_size, args.hidden_size, bias=False)
+        self.fc = Linear(len(args.target_layer_ids) * args.hidden_size, args.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rope_spec = (args.rope_theta, args.head_dim)
         self._init_buffers()

@@ -96,7 +96,37 @@ class GatedRMSNorm(Fusable):
         return self.op(gated_rms_norm)(x, gate, self.weight, self.eps)
 
 
-class MergedLinear(nn.Linear):
+class Linear(nn.Linear):
+    """``nn.Linear`` whose GEMM kernel is chosen by the recipe (``set_gemm``): cuBLAS through
+    ``F.linear`` ("torch"), or the tuned skinny Triton GEMM ("triton") for bf16 CUDA inputs of at most
+    64 rows (decode and verify); anything else always takes ``F.linear``."""
+
+    kernel = "torch"
+    max_triton_rows = 64
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.kernel == "triton" and x.is_cuda and x.dtype == torch.bfloat16
+                and self.bias is None and x.numel() // x.shape[-1] <= self.max_triton_rows):
+            from specpilot.kernels import skinny_gemm
+
+            out = skinny_gemm.linear(x.reshape(-1, x.shape[-1]), self.weight)
+            return out.view(*x.shape[:-1], out.shape[-1])
+        return F.linear(x, self.weight, self.bias)
+
+
+GEMM_KERNELS = ("torch", "triton")
+
+
+def set_gemm(model: nn.Module, kernel: str) -> None:
+    """Route every :class:`Linear` of ``model`` through ``kernel`` ("torch" or "triton")."""
+    if kernel not in GEMM_KERNELS:
+        raise ValueError(f"gemm kernel must be one of {GEMM_KERNELS}, got {kernel!r}")
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.kernel = kernel
+
+
+class MergedLinear(Linear):
     """One GEMM for several checkpoint linears that read the same input (q/k/v, gate/up, ...).
 
     ``shards`` maps each checkpoint linear's name to its output rows, in order; the loader copies
@@ -122,7 +152,7 @@ class SwiGLU(Fusable):
         super().__init__()
         self.gate_up_proj = MergedLinear(hidden_size, {"gate_proj": intermediate_size,
                                                        "up_proj": intermediate_size})
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj.forward_split(x)

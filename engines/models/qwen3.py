@@ -8,6 +8,7 @@ from torch import nn
 from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
 from specpilot.engines.models.attention import CachedAttention
+from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import RMSNorm
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.target import TargetModel
@@ -78,7 +79,7 @@ class Qwen3ForCausalLM(TargetModel):
         self.hidden_size, self.vocab_size = args.hidden_size, args.vocab_size
         self.num_layers, self.eos_token_id = args.num_hidden_layers, args.eos_token_id
         self.model = _Model(args)
-        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rope_spec = (args.rope_theta, args.head_dim)

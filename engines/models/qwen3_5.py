@@ -16,6 +16,7 @@ from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
 from specpilot.engines.cache import PendingRows
 from specpilot.engines.models.attention import CachedAttention
+from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import GatedRMSNorm
 from specpilot.engines.models.layers import MergedLinear
@@ -87,7 +88,7 @@ class Qwen3_5GatedDeltaNet(Fusable):
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, args.rms_norm_eps)
-        self.out_proj = nn.Linear(self.value_dim, args.hidden_size, bias=False)
+        self.out_proj = Linear(self.value_dim, args.hidden_size, bias=False)
         self.in_proj = MergedLinear(args.hidden_size, {
             "in_proj_qkv": self.conv_dim, "in_proj_z": self.value_dim,
             "in_proj_b": self.num_v_heads, "in_proj_a": self.num_v_heads})
@@ -164,7 +165,7 @@ class Qwen3_5ForCausalLM(TargetModel):
         self.hidden_size, self.vocab_size = args.hidden_size, args.vocab_size
         self.num_layers, self.eos_token_id = args.num_hidden_layers, args.eos_token_id
         self.model = _TextModel(args)
-        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
         self.rope_spec = (args.rope_theta, int(args.head_dim * args.partial_rotary_factor))
         self._init_buffers()
 

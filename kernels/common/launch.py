@@ -1,0 +1,85 @@
+"""Host-side launch helpers: split-K plan, reusable counter buffers, config resolution."""
+
+import logging
+import math
+import threading
+
+import torch
+
+log = logging.getLogger("specpilot.kernels")
+
+_LOCKS: dict[torch.device, torch.Tensor] = {}
+# Outgrown counter buffers stay alive: a captured CUDA graph may still point at them.
+_RETIRED: list[torch.Tensor] = []
+_LOCKS_GUARD = threading.Lock()
+_LOGGED: set = set()
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division."""
+    return -(-a // b)
+
+
+def splitk_plan(k_len: int, split_k: int, block_k: int) -> tuple[int, int]:
+    """``(k_per_split, num_splits)``: splits of whole ``block_k`` multiples, none empty."""
+    k_per_split = max(block_k, cdiv(cdiv(max(k_len, 1), split_k), block_k) * block_k)
+    return k_per_split, max(1, cdiv(k_len, k_per_split))
+
+
+def lock_buffer(device: torch.device, num_tiles: int) -> torch.Tensor:
+    """An int32 zero counter per output tile, reused across calls (the kernel leaves it zero).
+
+    Not safe for two split-K launches running concurrently on different streams of one device.
+    """
+    with _LOCKS_GUARD:
+        buf = _LOCKS.get(device)
+        if buf is None or buf.numel() < num_tiles:
+            if buf is not None:
+                _RETIRED.append(buf)
+            buf = torch.zeros(max(num_tiles, 1 << 16), dtype=torch.int32, device=device)
+            _LOCKS[device] = buf
+    return buf
+
+
+def workspace(num_splits: int, m: int, n: int, device: torch.device) -> torch.Tensor:
+    """fp32 ``[num_splits, M, N]`` split-K partials (a 1-element dummy when there is no split)."""
+    if num_splits == 1:
+        return torch.empty(1, dtype=torch.float32, device=device)
+    return torch.empty((num_splits, m, n), dtype=torch.float32, device=device)
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (132, an H200, when there is no CUDA device)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def resolve_config(op: str, config: dict | None, m: int, n: int, k: int, device: torch.device,
+                   space) -> dict:
+    """The config to launch: ``config`` if given, else the tuned cache entry, else the space
+    default.
+
+    The chosen config and its source are logged once per (op, shape bucket), so no heuristic choice
+    is hidden (STYLE.md item 10).
+    """
+    if config is not None:
+        space.validate(config, m, n, k)
+        return config
+    from specpilot.kernels.tuning.cache import lookup_config
+
+    found = lookup_config(op, m, n, k, device)
+    source = "tuned cache"
+    if found is None:
+        found, source = space.default_config(m, n, k, num_sms(device)), "space.default_config"
+    key = (op, space.m_bucket(m), n, k, str(device))
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        log.info("%s M<=%d N=%d K=%d on %s: %s from %s", op, space.m_bucket(m), n, k, device,
+                 found, source)
+    return found
+
+
+def next_pow2(x: int) -> int:
+    """The smallest power of two >= ``x`` (1 for x <= 1)."""
+    return 1 << max(0, math.ceil(math.log2(max(x, 1))))

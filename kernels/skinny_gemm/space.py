@@ -1,0 +1,140 @@
+"""Tuning space of the skinny bf16 GEMM, as data (STYLE.md item 10).
+
+A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "dot": swap-AB tensor-core
+tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
+N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``num_warps``, ``num_stages``. BLOCK_T
+is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
+environment.
+"""
+
+import itertools
+
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.launch import next_pow2
+
+KEY = ("M_BUCKET", "N", "K")
+
+PARAMS = {
+    "gemv": {
+        "BLOCK_N": [8, 16, 32, 64],
+        "BLOCK_K": [128, 256, 512, 1024],
+        "SPLIT_K": [1, 2, 4, 8],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3, 4],
+    },
+    "dot": {
+        "BLOCK_N": [32, 64, 128, 256],
+        "BLOCK_K": [32, 64, 128, 256],
+        "SPLIT_K": [1, 2, 4, 8],
+        "num_warps": [4, 8],
+        "num_stages": [2, 3, 4, 5],
+    },
+}
+
+CONFIGS = [
+    {"kernel": kernel, **dict(zip(params, values))}
+    for kernel, params in PARAMS.items()
+    for values in itertools.product(*params.values())
+]
+
+# A handful of starting points (the REFERENCE-kernels.md §3.1 prototype's winners on H200): the
+# H200 script's short sweep and the tuner's first trials.
+
+
+def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
+            num_stages: int) -> dict:
+    return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
+            "num_warps": num_warps, "num_stages": num_stages}
+
+
+SWEEP = [
+    _config("gemv", 8, 512, 1, 4, 3),
+    _config("gemv", 16, 256, 1, 4, 3),
+    _config("gemv", 16, 512, 2, 4, 3),
+    _config("gemv", 16, 256, 4, 4, 3),
+    _config("dot", 64, 128, 1, 4, 4),
+    _config("dot", 128, 128, 1, 4, 3),
+    _config("dot", 64, 256, 1, 4, 3),
+    _config("dot", 128, 128, 4, 4, 3),
+    _config("dot", 128, 128, 2, 8, 3),
+]
+
+TEST_ONLY_KEYS = ("_test_corrupt",)
+_SMEM_BUDGET = 160 * 1024
+
+
+def m_bucket(m: int) -> int:
+    """Shape bucket of M: the next power of two up to 64, then multiples of 64."""
+    return next_pow2(m) if m <= 64 else cdiv(m, 64) * 64
+
+
+def block_t(m: int) -> int:
+    """Token tile of the swap-AB kernel: M padded to a power of two in [16 (MMA N), 64]."""
+    return max(16, min(64, next_pow2(m)))
+
+
+def kernels_for(m: int) -> list[str]:
+    """Kernel families that can run M rows."""
+    return ["gemv", "dot"] if m == 1 else ["dot"]
+
+
+def validate(config: dict, m: int, n: int, k: int) -> None:
+    """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x [n, k]^T``."""
+    if not isinstance(config, dict):
+        raise ValueError(f"config must be a dict, got {type(config).__name__}")  # noqa: TRY004
+    kernel = config.get("kernel")
+    if kernel not in PARAMS:
+        raise ValueError(f"config['kernel'] must be one of {sorted(PARAMS)}, got {kernel!r}")
+    expected = set(PARAMS[kernel]) | {"kernel"}
+    unknown = set(config) - expected - set(TEST_ONLY_KEYS)
+    if unknown:
+        raise ValueError(f"unknown config keys {sorted(unknown)} for kernel {kernel!r}")
+    missing = expected - set(config)
+    if missing:
+        raise ValueError(f"config misses {sorted(missing)} for kernel {kernel!r}")
+    for name in PARAMS[kernel]:
+        check_int(name, config[name])
+    if kernel not in kernels_for(m):
+        raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
+    if kernel == "gemv":
+        per_thread = config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
+        if per_thread > 64:
+            raise ValueError(f"gemv tile BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers")
+    else:
+        if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
+            raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
+        smem = config["num_stages"] * (config["BLOCK_N"] + block_t(m)) * config["BLOCK_K"] * 2
+        if smem > _SMEM_BUDGET:
+            raise ValueError(f"dot pipeline needs {smem} B of shared memory > {_SMEM_BUDGET}")
+
+
+def check_int(name: str, value) -> None:
+    """Block sizes and warps are powers of two; SPLIT_K and num_stages any positive integer."""
+    pow2 = name.startswith("BLOCK_") or name == "num_warps"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (
+            pow2 and value & (value - 1)):
+        kind = "a positive power of two" if pow2 else "a positive integer"
+        raise ValueError(f"config[{name!r}] must be {kind}, got {value!r}")
+
+
+def _split_for(num_tiles: int, k_iters: int, num_sms: int, ctas_per_sm: int) -> int:
+    split = 1
+    while split < 8 and num_tiles * split < ctas_per_sm * num_sms and k_iters // (split * 2) >= 4:
+        split *= 2
+    return split
+
+
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+    """The untuned choice: split K until there are ~4 (gemv) or ~2 (dot) CTAs per SM.
+
+    Logged by the launcher whenever it is used (``specpilot.kernels`` logger).
+    """
+    if m == 1:
+        bk = 512 if k >= 4096 else 256
+        split = _split_for(cdiv(n, 16), cdiv(k, bk), num_sms, 4)
+        return {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": bk, "SPLIT_K": split,
+                "num_warps": 4, "num_stages": 3}
+    bn = 128 if n >= 128 * num_sms else 64
+    split = _split_for(cdiv(n, bn), cdiv(k, 128), num_sms, 2)
+    return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split,
+            "num_warps": 4, "num_stages": 3}

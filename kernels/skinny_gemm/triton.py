@@ -1,0 +1,126 @@
+"""Triton skinny bf16 GEMM for decode (M = 1) and verify (M = 2..64): ``out = x @ weight^T``.
+
+Two kernels, both streaming the weight once with evict-first loads and an fp32 accumulator:
+
+- ``skinny_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
+  product tile is reduced over K once at the end.
+- ``skinny_gemm_fwd_kernel_dot`` (any M): swap-AB ``tl.dot``; the weight tile
+  ``[BLOCK_N, BLOCK_K]`` is the MMA's M side and the tokens, padded to ``BLOCK_T`` (>= 16), its
+  N side, so M = 1..16 wastes no weight bandwidth.
+
+Both split K deterministically (:mod:`specpilot.kernels.common.epilogue`).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from specpilot.kernels.common.epilogue import store_splitk
+from specpilot.kernels.common.interpret import dot_bf16
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.launch import lock_buffer
+from specpilot.kernels.common.launch import resolve_config
+from specpilot.kernels.common.launch import splitk_plan
+from specpilot.kernels.common.launch import workspace
+from specpilot.kernels.skinny_gemm import space
+
+
+@triton.jit(do_not_specialize=["M"])
+def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
+                                k_per_split, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                SPLIT_K: tl.constexpr):
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < k_hi
+        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
+                    eviction_policy="evict_first")  # [BLOCK_N, BLOCK_K]
+        xv = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0, eviction_policy="evict_last")
+        acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
+    y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
+    store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
+                 SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M"])
+def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_xm,
+                               stride_wn, k_per_split, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                               SPLIT_K: tl.constexpr):
+    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``."""
+    pid_n = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    n_mask = offs_n < N
+    t_mask = offs_t < M
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < k_hi
+        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
+                    eviction_policy="evict_first")  # [BLOCK_N, BLOCK_K]
+        xt = tl.load(x_cols + offs_k[:, None], mask=k_mask[:, None] & t_mask[None, :], other=0.0,
+                     eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
+        acc = dot_bf16(w, xt, acc)
+    tile_id = pid_t * tl.num_programs(0) + pid_n
+    store_splitk(tl.trans(acc), out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k,
+                 SPLIT_K)
+
+
+def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | None = None,
+                config: dict | None = None) -> torch.Tensor:
+    """``x [M, K]`` bf16 times ``weight [N, K]`` bf16, transposed, fp32 accumulation -> ``[M, N]``.
+
+    Same contract as :func:`specpilot.kernels.skinny_gemm.reference.skinny_gemm_ref`. ``config`` is
+    one entry of the tuning space (see ``space.py``); None picks the tuned or default config.
+    """
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"expected x [M, K] and weight [N, K], got {tuple(x.shape)} and "
+                         f"{tuple(weight.shape)}")
+    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        raise TypeError(f"skinny_gemm takes bf16 x and weight, got {x.dtype} and {weight.dtype}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        weight = weight.contiguous()
+    m, k = x.shape
+    n = weight.shape[0]
+    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    cfg = resolve_config("skinny_gemm", config, m, n, k, x.device, space)
+    k_per_split, splits = splitk_plan(k, cfg["SPLIT_K"], cfg["BLOCK_K"])
+    ws = workspace(splits, m, n, x.device)
+    grid_n = cdiv(n, cfg["BLOCK_N"])
+    launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    if cfg["kernel"] == "gemv":
+        locks = lock_buffer(x.device, grid_n)
+        skinny_gemm_fwd_kernel_gemv[(grid_n, splits)](
+            x, weight, out, ws, locks, m, n, k, weight.stride(0), k_per_split,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=splits, **launch)
+    else:
+        bt = space.block_t(m)
+        grid_t = cdiv(m, bt)
+        locks = lock_buffer(x.device, grid_n * grid_t)
+        skinny_gemm_fwd_kernel_dot[(grid_n, grid_t, splits)](
+            x, weight, out, ws, locks, m, n, k, x.stride(0), weight.stride(0), k_per_split,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BLOCK_T=bt, SPLIT_K=splits, **launch)
+    if cfg.get("_test_corrupt"):
+        out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
+    return out

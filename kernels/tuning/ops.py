@@ -1,0 +1,103 @@
+"""What the tuner and the H200 script need per tunable op: its space, launcher and a test case.
+
+``OPS`` maps an op name to the dotted module of its package; nothing is imported until asked.
+"""
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+
+from specpilot.kernels.common.check import gemm_exact
+from specpilot.kernels.common.roofline import Traffic
+from specpilot.kernels.common.roofline import gemm_traffic
+
+OPS = {
+    "skinny_gemm": "specpilot.kernels.skinny_gemm",
+    "w12_gemm": "specpilot.kernels.w12_gemm",
+}
+
+
+def space_of(op: str) -> ModuleType:
+    """The ``space`` module of ``op``."""
+    if op not in OPS:
+        raise ValueError(f"unknown kernel op {op!r}; tunable ops: {sorted(OPS)}")
+    return importlib.import_module(OPS[op] + ".space")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One problem instance: ``args`` per rotating weight copy (x, weight), the fp64 exact result
+    of
+    ``args[0]`` with its error scale ``|x| @ |w|^T``, and the call's compulsory traffic."""
+
+    m: int
+    n: int
+    k: int
+    args: list[tuple]
+    exact: torch.Tensor
+    abs_sum: torch.Tensor
+    traffic: Traffic
+
+
+@dataclasses.dataclass(frozen=True)
+class TunableOp:
+    """A tunable op: ``launcher(x, weight, out_dtype=None, config=None)`` and its ``space``."""
+
+    name: str
+    space: ModuleType
+    launcher: Callable
+    make_case: Callable[..., Case]
+
+
+def synthetic_weight(n: int, k: int, device: torch.device, seed: int,
+                     outlier_rate: float = 1e-3) -> torch.Tensor:
+    """N(0, 0.02) bf16 ``[N, K]`` with a sprinkle of exact zeros, tiny values and large outliers,
+    so
+    W12 escapes (and any bug in applying them) change the output visibly."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    w = torch.randn((n, k), generator=gen, device=device) * 0.02
+    num = max(3, int(n * k * outlier_rate))
+    idx = torch.randint(0, n * k, (num,), generator=gen, device=device)
+    flat = w.view(-1)
+    flat[idx[0::3]] = 0.0
+    flat[idx[1::3]] = torch.randn(idx[1::3].numel(), generator=gen, device=device) * 4.0
+    flat[idx[2::3]] = 3e-30
+    return w.to(torch.bfloat16)
+
+
+def _x(m: int, k: int, device: torch.device, seed: int) -> torch.Tensor:
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    return torch.randn((m, k), generator=gen, device=device).to(torch.bfloat16)
+
+
+def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
+                 num_copies: int = 1) -> Case:
+    w = synthetic_weight(n, k, device, seed)
+    x = _x(m, k, device, seed)
+    exact, abs_sum = gemm_exact(x, w)
+    args = [(x, w)] + [(x, w.clone()) for _ in range(num_copies - 1)]
+    return Case(m, n, k, args, exact, abs_sum, gemm_traffic(m, n, k, w.numel() * 2))
+
+
+def _w12_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
+              num_copies: int = 1) -> Case:
+    from specpilot.kernels import w12
+
+    w = synthetic_weight(n, k, device, seed)
+    x = _x(m, k, device, seed)
+    exact, abs_sum = gemm_exact(x, w)
+    packed = w12.pack(w)
+    del w
+    args = [(x, packed)] + [(x, packed.clone()) for _ in range(num_copies - 1)]
+    return Case(m, n, k, args, exact, abs_sum, gemm_traffic(m, n, k, packed.nbytes))
+
+
+def get_op(name: str) -> TunableOp:
+    """The :class:`TunableOp` called ``name`` (imports its package)."""
+    space = space_of(name)
+    module = importlib.import_module(OPS[name])
+    make_case = {"skinny_gemm": _skinny_case, "w12_gemm": _w12_case}[name]
+    return TunableOp(name, space, getattr(module, name), make_case)

@@ -1,0 +1,214 @@
+"""The Optuna kernel tuner: one ask/tell study per (op, shape bucket, environment).
+
+Every trial's result is checked against the fp64 exact result before it is timed; a config that
+computes a wrong result, fails to compile or crashes is told to Optuna as FAIL and never timed
+(STYLE.md item 14). Invalid combinations (e.g. a tile over the register budget) are FAIL too but do
+not use up the trial budget. The best checked config goes to the disk cache
+(:mod:`specpilot.kernels.tuning.cache`). Optuna is imported here only, never by the engine.
+"""
+
+import dataclasses
+import json
+from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from specpilot.kernels.common.bench import Timing
+from specpilot.kernels.common.bench import num_copies_for
+from specpilot.kernels.common.bench import time_calls
+from specpilot.kernels.common.check import check_close
+from specpilot.kernels.common.interpret import interpreting
+from specpilot.kernels.common.roofline import Roofline
+from specpilot.kernels.common.roofline import ceiling_for
+from specpilot.kernels.common.roofline import place
+from specpilot.kernels.tuning import cache
+from specpilot.kernels.tuning.ops import Case
+from specpilot.kernels.tuning.ops import TunableOp
+from specpilot.kernels.tuning.ops import get_op
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """The outcome for one M: best config, its timing and roofline, and the trial tally."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    m_bucket: int
+    config: dict | None
+    timing: Timing | None
+    roofline: Roofline | None
+    num_ok: int
+    num_failed: int
+    num_invalid: int
+    from_cache: bool
+    cache_key: str
+    cache_path: str
+
+
+def params_for(space, kernel: str) -> dict[str, list]:
+    """The kernel's tuning parameters minus values this backend cannot run (PTX, interpreted)."""
+    params = {}
+    for name, choices in space.PARAMS[kernel].items():
+        params[name] = [c for c in choices if not (interpreting() and c == "prmt")]
+    return params
+
+
+def suggest_config(trial, space, m: int, extra_params: dict | None = None) -> dict:
+    """Ask ``trial`` for a config: the kernel family, then that family's parameters."""
+    kernel = trial.suggest_categorical("kernel", space.kernels_for(m))
+    config = {"kernel": kernel}
+    for name, choices in params_for(space, kernel).items():
+        config[name] = trial.suggest_categorical(f"{kernel}.{name}", choices)
+    for name, choices in (extra_params or {}).items():
+        config[name] = trial.suggest_categorical(name, choices)
+    return config
+
+
+def _as_params(config: dict) -> dict:
+    kernel = config["kernel"]
+    return {"kernel": kernel, **{f"{kernel}.{k}": v for k, v in config.items() if k != "kernel"}}
+
+
+def evaluate(op: TunableOp, case: Case, config: dict, device: torch.device, reps: int,
+             timed: bool = True) -> tuple[str, Timing | None, str]:
+    """``(state, timing, detail)``: state "ok" (checked, then timed unless not ``timed``), "wrong"
+    or "error". Only a result that passed the check is ever timed."""
+    try:
+        out = op.launcher(*case.args[0], config=config)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    # A config that fails to compile or launch is a failed trial, whatever the exception.
+    except Exception as err:  # noqa: BLE001
+        return "error", None, f"{type(err).__name__}: {err}"[:500]
+    result = check_close(op.name, out, case.exact, case.abs_sum)
+    if not result.ok:
+        return "wrong", None, str(result)
+    if not timed:
+        return "ok", None, str(result)
+    calls = [lambda a=a: op.launcher(*a, config=config) for a in case.args]
+    return "ok", time_calls(calls, device, reps=reps), str(result)
+
+
+def _storage(storage: str | None, directory: Path):
+    import optuna
+
+    if storage and (storage.startswith("sqlite:") or storage.endswith(".db")):
+        return storage if storage.startswith("sqlite:") else f"sqlite:///{storage}"
+    path = Path(storage) if storage else directory / "optuna.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+
+
+def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device: str = "cuda",
+         seed: int = 0, storage: str | None = None, directory: Path | None = None,
+         force: bool = False, extra_params: dict | None = None, reps: int = 20,
+         log: Callable[[str], None] = print) -> list[TuneResult]:
+    """Tune ``op`` for a weight ``[n, k]`` at each M in ``ms``; returns one result per M.
+
+    Args:
+        trials: checked-and-timed (or failed) trials per M; invalid configs do not count.
+        device: "cuda" or "cpu" (the CPU path needs ``TRITON_INTERPRET=1`` set before triton
+        loads). storage: Optuna storage: a ``sqlite:`` URL or ``*.db`` path, else a journal file
+        path;
+            default ``<cache dir>/optuna.journal``.
+        directory: cache directory (default :func:`cache.cache_dir`).
+        force: tune even if the cache already holds a config for this key.
+        extra_params: more categorical parameters merged into every config (tests use
+            ``{"_test_corrupt": [False, True]}`` to prove wrong configs are failed, never timed).
+    """
+    import optuna
+
+    from specpilot.fingerprint import current
+
+    dev = torch.device(device)
+    if dev.type == "cpu" and not interpreting():
+        raise ValueError("tuning on CPU runs the Triton interpreter: set TRITON_INTERPRET=1 "
+                         "before triton is imported")
+    directory = directory or cache.cache_dir()
+    tunable = get_op(op)
+    fp = current(str(dev))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    results = []
+    for m in ms:
+        bucket = tunable.space.m_bucket(m)
+        key = cache.entry_key(op, n, k, bucket, fp.kernel_key())
+        path = str(cache.cache_file(directory))
+        cached = None if force else cache.load_entry(key, directory)
+        if cached is not None:
+            log(f"{op} M={m} N={n} K={k}: cached {cached['config']} ({cached.get('p50_us')} us)")
+            results.append(TuneResult(op, m, n, k, bucket, cached["config"], None, None, 0, 0, 0,
+                                      True, key, path))
+            continue
+        # Enough rotating copies to defeat L2 for the smaller (W12, ~1.5 B/weight) of the formats.
+        copies = num_copies_for(n * k * 3 // 2) if dev.type == "cuda" else 1
+        case = tunable.make_case(m, n, k, dev, seed, copies)
+        study = optuna.create_study(
+            storage=_storage(storage, directory), study_name=key, direction="minimize",
+            sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, trials // 3)),
+            load_if_exists=True)
+        if not study.trials:
+            for config in tunable.space.SWEEP:
+                try:
+                    tunable.space.validate(config, m, n, k)
+                except ValueError:
+                    continue
+                extra = {p: choices[0] for p, choices in (extra_params or {}).items()}
+                study.enqueue_trial({**_as_params(config), **extra})
+        num_ok = num_failed = num_invalid = 0
+        seen: dict[str, tuple[str, Timing | None, str]] = {}
+        while num_ok + num_failed < trials and num_invalid < 4 * trials:
+            trial = study.ask()
+            config = suggest_config(trial, tunable.space, m, extra_params)
+            trial.set_user_attr("config", config)
+            try:
+                tunable.space.validate(config, m, n, k)
+            except ValueError as err:
+                trial.set_user_attr("state", f"invalid: {err}")
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                num_invalid += 1
+                continue
+            ck = json.dumps(config, sort_keys=True)
+            if ck not in seen:
+                seen[ck] = evaluate(tunable, case, config, dev, reps)
+            state, timing, detail = seen[ck]
+            trial.set_user_attr("state", state)
+            trial.set_user_attr("detail", detail)
+            if state == "ok":
+                trial.set_user_attr("timing", timing.to_dict())
+                study.tell(trial, timing.p50_us)
+                num_ok += 1
+            else:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                num_failed += 1
+        results.append(_finish(study, tunable, case, key, path, directory, fp, m, num_ok,
+                               num_failed, num_invalid, log))
+    return results
+
+
+def _finish(study, tunable, case, key, path, directory, fp, m, num_ok, num_failed, num_invalid,
+            log) -> TuneResult:
+    import optuna
+
+    n, k, bucket = case.n, case.k, tunable.space.m_bucket(m)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not done:
+        log(f"{tunable.name} M={m} N={n} K={k}: no config passed the check ({num_failed} failed)")
+        return TuneResult(tunable.name, m, n, k, bucket, None, None, None, num_ok, num_failed,
+                          num_invalid, False, key, path)
+    best = min(done, key=lambda t: t.value)
+    timing = Timing(**best.user_attrs["timing"])
+    roof = place(tunable.name, m, n, k, case.traffic, timing, ceiling_for(fp.gpu))
+    config = best.user_attrs["config"]
+    cache.store_entry(key, {
+        "op": tunable.name, "n": n, "k": k, "m": m, "m_bucket": bucket, "config": config,
+        "p20_us": timing.p20_us, "p50_us": timing.p50_us, "p80_us": timing.p80_us,
+        "roofline": roof.to_dict(), "kernel_key": fp.kernel_key(), "fingerprint": fp.to_dict(),
+        "study": study.study_name, "num_complete": len(done)}, directory)
+    log(f"{tunable.name} M={m} N={n} K={k}: best {config} p50 {timing.p50_us:.1f} us "
+        f"({roof.tb_s:.2f} TB/s) ok={num_ok} failed={num_failed} invalid={num_invalid}")
+    return TuneResult(tunable.name, m, n, k, bucket, config, timing, roof, num_ok, num_failed,
+                      num_invalid, False, key, path)

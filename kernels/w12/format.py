@@ -1,0 +1,147 @@
+"""The W12 container: a lossless 12-bit encoding of a bf16 tensor, 1.5 bytes per weight + escapes.
+
+Encoding of a bf16 weight ``s | e (8 bits) | m (7 bits)``, viewed as ``[R, K]`` (R = all leading
+dims):
+
+- ``sm`` plane, uint8 ``[R, 2*K2]`` (``K2 = ceil(K / 2)``): the byte ``s << 7 | m`` of column c.
+- ``nib`` plane, uint8 ``[R, K2]``: byte j holds the 4-bit exponent code of column j in its low
+  nibble and of column ``j + K2`` in its high nibble; ``code = clamp(e - base, 0, 15)``. Pairing
+  column j with j + K2 (not 2j with 2j + 1) lets a kernel load ``sm[:, j0:j0+BK]``,
+  ``sm[:, K2+j0:...]`` and ``nib[:, j0:j0+BK]`` as three contiguous, equally shaped tiles and
+  decode them elementwise with no interleave: one tile from the low nibbles, one from the high. If
+  K is odd the last ``sm`` column is padding (decodes to a finite value; kernels mask its
+  activation).
+- ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers
+  the most weights (lowest such base on ties; ``0 <= base <= 240`` so ``base + code <= 255``).
+- Escapes (weights whose exponent lies outside the window: tiny magnitudes, exact zeros,
+  subnormals, outliers, inf/NaN): stored out of band as a per-row CSR, ``row_ptr [R + 1]``,
+  ``esc_col [E]``, ``esc_bits [E]`` (the exact bf16 bits) and ``esc_delta [E]`` = fp32(exact) -
+  fp32(decoded), where "decoded" is what the planes give for that weight (its exponent clamped into
+  the window).
+
+``unpack`` decodes the planes and overwrites the escapes with their exact bits, so
+``unpack(pack(w))`` is bit-identical to ``w`` for every bf16 tensor (±0, subnormals, inf, NaN
+payloads included). How the GEMM applies escapes, and what that does to summation order, is in
+:mod:`specpilot.kernels.w12_gemm.triton`.
+"""
+
+import dataclasses
+import math
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class W12Tensor:
+    """A packed bf16 tensor; see the module docstring for the layout. Build with :func:`pack`."""
+
+    shape: torch.Size
+    base: int
+    sm: torch.Tensor  # uint8 [R, 2*K2]
+    nib: torch.Tensor  # uint8 [R, K2]
+    row_ptr: torch.Tensor  # int32 [R + 1]
+    esc_col: torch.Tensor  # int32 [E]
+    esc_bits: torch.Tensor  # int16 [E]
+    esc_delta: torch.Tensor  # float32 [E]
+
+    @property
+    def rows(self) -> int:
+        """R: the product of all leading dims (1 for a 0-d or 1-d tensor)."""
+        return self.sm.shape[0]
+
+    @property
+    def cols(self) -> int:
+        """K: the last dim (1 for a 0-d tensor)."""
+        return self.shape[-1] if len(self.shape) else 1
+
+    @property
+    def k_half(self) -> int:
+        """K2 = ceil(K / 2), the nibble plane's width."""
+        return self.nib.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Always bfloat16: the dtype ``unpack`` returns."""
+        return torch.bfloat16
+
+    @property
+    def device(self) -> torch.device:
+        """Where the packed buffers live."""
+        return self.sm.device
+
+    @property
+    def num_escapes(self) -> int:
+        """E: weights stored out of band."""
+        return self.esc_col.numel()
+
+    @property
+    def escape_rate(self) -> float:
+        """Fraction of weights stored out of band (0.0 for an empty tensor)."""
+        numel = math.prod(self.shape)
+        return self.num_escapes / numel if numel else 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every packed buffer (planes + escape CSR): what a GEMM call must stream."""
+        return sum(t.numel() * t.element_size() for t in self._buffers().values())
+
+    def _buffers(self) -> dict[str, torch.Tensor]:
+        return {"sm": self.sm, "nib": self.nib, "row_ptr": self.row_ptr, "esc_col": self.esc_col,
+                "esc_bits": self.esc_bits, "esc_delta": self.esc_delta}
+
+    def unpack(self) -> torch.Tensor:
+        """The original bf16 tensor, bit for bit (Triton decode on GPU, torch on CPU)."""
+        if self.device.type == "cuda":
+            from specpilot.kernels.w12.triton import w12_unpack
+
+            return w12_unpack(self)
+        from specpilot.kernels.w12.reference import w12_unpack_ref
+
+        return w12_unpack_ref(self)
+
+    def to(self, device: torch.device | str) -> "W12Tensor":
+        """A copy of every buffer on ``device``."""
+        moved = {k: v.to(device) for k, v in self._buffers().items()}
+        return dataclasses.replace(self, **moved)
+
+    def clone(self) -> "W12Tensor":
+        """A copy with its own buffers (e.g. rotating weight copies in benchmarks)."""
+        return dataclasses.replace(self, **{k: v.clone() for k, v in self._buffers().items()})
+
+    def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
+        """Tensors only (safetensors-friendly) for offline packing; see :meth:`from_state_dict`."""
+        out = {prefix + k: v for k, v in self._buffers().items()}
+        out[prefix + "shape"] = torch.tensor(list(self.shape), dtype=torch.int64)
+        out[prefix + "base"] = torch.tensor([self.base], dtype=torch.int64)
+        return out
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, torch.Tensor], prefix: str = "") -> "W12Tensor":
+        """Rebuild a W12Tensor saved with :meth:`state_dict` (validates the layout)."""
+        shape = torch.Size(int(d) for d in state[prefix + "shape"].tolist())
+        packed = cls(shape=shape, base=int(state[prefix + "base"][0]),
+                     **{k: state[prefix + k] for k in ("sm", "nib", "row_ptr", "esc_col",
+                                                       "esc_bits", "esc_delta")})
+        packed.validate()
+        return packed
+
+    def validate(self) -> None:
+        """Raise ValueError if the buffers do not fit ``shape`` (e.g. a corrupt file)."""
+        r = math.prod(self.shape[:-1]) if len(self.shape) else 1
+        k2 = (self.cols + 1) // 2
+        expect = {"sm": ((r, 2 * k2), torch.uint8), "nib": ((r, k2), torch.uint8),
+                  "row_ptr": ((r + 1,), torch.int32)}
+        for name, (shape, dtype) in expect.items():
+            t = getattr(self, name)
+            if tuple(t.shape) != shape or t.dtype != dtype:
+                raise ValueError(f"W12Tensor.{name}: expected {dtype} {shape}, got {t.dtype} "
+                                 f"{tuple(t.shape)}")
+        e = int(self.row_ptr[-1])
+        for name, dtype in (("esc_col", torch.int32), ("esc_bits", torch.int16),
+                            ("esc_delta", torch.float32)):
+            t = getattr(self, name)
+            if tuple(t.shape) != (e,) or t.dtype != dtype:
+                raise ValueError(f"W12Tensor.{name}: expected {dtype} ({e},), got {t.dtype} "
+                                 f"{tuple(t.shape)}")
+        if not 0 <= self.base <= 240:
+            raise ValueError(f"W12Tensor.base must be in [0, 240], got {self.base}")

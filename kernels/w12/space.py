@@ -1,0 +1,33 @@
+"""Tuning space of the W12 encode/decode plane kernels (pack on load, unpack for checks)."""
+
+import itertools
+
+from specpilot.kernels.common.interpret import interpreting
+
+KEY = ("R", "K")
+
+PARAMS = {"BLOCK_R": [1, 2, 4, 8], "BLOCK_J": [256, 512, 1024, 2048], "num_warps": [4, 8],
+          "DECODE": ["int", "prmt"]}
+
+CONFIGS = [dict(zip(PARAMS, values)) for values in itertools.product(*PARAMS.values())]
+
+
+def validate(config: dict) -> None:
+    """Raise ValueError naming the field if ``config`` is not a usable encode/decode config."""
+    unknown = set(config) - set(PARAMS)
+    missing = set(PARAMS) - set(config)
+    if unknown or missing:
+        raise ValueError(f"w12 config: unknown keys {sorted(unknown)}, missing {sorted(missing)}")
+    for name in ("BLOCK_R", "BLOCK_J", "num_warps"):
+        v = config[name]
+        if not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"config[{name!r}] must be a positive power of two, got {v!r}")
+    if config["DECODE"] not in PARAMS["DECODE"]:
+        raise ValueError(f"config['DECODE'] must be one of {PARAMS['DECODE']}")
+    if config["DECODE"] == "prmt" and interpreting():
+        raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
+
+
+def default_config() -> dict:
+    """Untuned plane-kernel config (pack/unpack run once per weight load, so rarely tuned)."""
+    return {"BLOCK_R": 4, "BLOCK_J": 512, "num_warps": 4, "DECODE": "int"}

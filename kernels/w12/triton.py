@@ -1,0 +1,157 @@
+"""Triton W12 encode/decode: plane kernels for pack/unpack and the in-register decode helpers.
+
+Decode of one weight (``DECODE="int"``, plain Triton integer ops)::
+
+    bits = sm + (sm & 0x80) * 255 + code * 128 + (base << 7)
+
+``(sm & 0x80) * 255 + sm`` moves the sign from bit 7 to bit 15 and keeps the mantissa; adding
+``(base + code) << 7`` cannot carry into the sign because ``base + code <= 255``.
+``DECODE="prmt"`` does the same on four weights per inline-PTX call, two per 32-bit register
+(``prmt`` bytes into 16-bit lanes, ``and``, two ``mad``, ``add``: REFERENCE-kernels.md §3.4). It
+needs a GPU; the interpreter runs ``"int"``. Both are bit-exact by construction, and every kernel
+using them is checked against the reference before it is timed.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.w12 import reference as ref
+from specpilot.kernels.w12 import space
+from specpilot.kernels.w12.format import W12Tensor
+
+_PRMT_BODY = """
+prmt.b32 w12u, $2, w12z, {sel};
+prmt.b32 w12c, w12n, w12z, {sel};
+and.b32 w12s, w12u, 0x00800080;
+mad.lo.u32 w12u, w12s, 255, w12u;
+mad.lo.u32 w12u, w12c, 128, w12u;
+add.u32 {dst}, w12u, $4;"""
+_PRMT_HEAD = "{\n.reg .b32 w12u, w12c, w12s, w12n, w12z;\nmov.b32 w12z, 0;\n"
+_PRMT_PAIRS = _PRMT_BODY.format(sel="0x4140", dst="$0") + _PRMT_BODY.format(sel="0x4342", dst="$1")
+PRMT_LO: tl.constexpr = tl.constexpr(
+    _PRMT_HEAD + "and.b32 w12n, $3, 0x0F0F0F0F;" + _PRMT_PAIRS + "\n}")
+PRMT_HI: tl.constexpr = tl.constexpr(
+    _PRMT_HEAD + "shr.b32 w12n, $3, 4;\nand.b32 w12n, w12n, 0x0F0F0F0F;" + _PRMT_PAIRS + "\n}")
+
+
+@triton.jit
+def w12_decode_bits(sm, nib, base128, HI: tl.constexpr):
+    """int32 tile holding the bf16 bits of each weight; ``HI`` picks the high nibble's codes."""
+    s = sm.to(tl.int32)
+    if HI:
+        c = (nib >> 4).to(tl.int32)
+    else:
+        c = (nib & 15).to(tl.int32)
+    return s + (s & 0x80) * 255 + c * 128 + base128
+
+
+@triton.jit
+def _decode_prmt(sm, nib, base128, HI: tl.constexpr):
+    base2 = tl.zeros(sm.shape, tl.int32) + (base128 | (base128 << 16))
+    if HI:
+        w = tl.inline_asm_elementwise(PRMT_HI, "=r,=r,r,r,r,r,r,r", [sm, nib, base2],
+                                      dtype=tl.bfloat16, is_pure=True, pack=4)
+    else:
+        w = tl.inline_asm_elementwise(PRMT_LO, "=r,=r,r,r,r,r,r,r", [sm, nib, base2],
+                                      dtype=tl.bfloat16, is_pure=True, pack=4)
+    return w
+
+
+@triton.jit
+def w12_decode_bf16(sm, nib, base128, HI: tl.constexpr, ASM: tl.constexpr):
+    """Decode uint8 ``sm`` and ``nib`` tiles (same shape) to a bf16 tile."""
+    if ASM:
+        w = _decode_prmt(sm, nib, base128, HI)
+    else:
+        w = w12_decode_bits(sm, nib, base128, HI).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    return w
+
+
+@triton.jit
+def w12_decode_f32(sm, nib, base128, HI: tl.constexpr, ASM: tl.constexpr):
+    """Decode uint8 ``sm`` and ``nib`` tiles to fp32 (exact: every bf16 is an fp32)."""
+    if ASM:
+        w = _decode_prmt(sm, nib, base128, HI).to(tl.float32)
+    else:
+        w = (w12_decode_bits(sm, nib, base128, HI) << 16).to(tl.float32, bitcast=True)
+    return w
+
+
+@triton.jit
+def w12_fwd_kernel_encode(bits_ptr, sm_ptr, nib_ptr, R, K, K2, base, BLOCK_R: tl.constexpr,
+                          BLOCK_J: tl.constexpr):
+    """bf16 bits ``[R, K]`` (int16) -> ``sm [R, 2*K2]`` and ``nib [R, K2]``; grid (R/BR, K2/BJ)."""
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    r_mask = offs_r[:, None] < R
+    j_mask = r_mask & (offs_j[None, :] < K2)
+    row = offs_r.to(tl.int64)[:, None]
+    # Padding (column K when K is odd) encodes as bits 0 -> sm 0, code 0.
+    a = tl.load(bits_ptr + row * K + offs_j[None, :], mask=j_mask, other=0).to(tl.int32) & 0xFFFF
+    b_col = K2 + offs_j[None, :]
+    b = tl.load(bits_ptr + row * K + b_col, mask=j_mask & (b_col < K), other=0)
+    b = b.to(tl.int32) & 0xFFFF
+    code_a = tl.minimum(tl.maximum(((a >> 7) & 0xFF) - base, 0), 15)
+    code_b = tl.minimum(tl.maximum(((b >> 7) & 0xFF) - base, 0), 15)
+    sm_a = ((a >> 8) & 0x80) | (a & 0x7F)
+    sm_b = ((b >> 8) & 0x80) | (b & 0x7F)
+    sm_row = sm_ptr + row * (2 * K2)
+    tl.store(sm_row + offs_j[None, :], sm_a.to(tl.uint8), mask=j_mask)
+    tl.store(sm_row + K2 + offs_j[None, :], sm_b.to(tl.uint8), mask=j_mask)
+    nib = (code_a | (code_b << 4)).to(tl.uint8)
+    tl.store(nib_ptr + row * K2 + offs_j[None, :], nib, mask=j_mask)
+
+
+@triton.jit
+def w12_fwd_kernel_decode(sm_ptr, nib_ptr, out_ptr, R, K, K2, base128, BLOCK_R: tl.constexpr,
+                          BLOCK_J: tl.constexpr, ASM: tl.constexpr):
+    """``sm``, ``nib`` -> bf16 ``out [R, K]`` (escapes not applied); grid (R/BR, K2/BJ)."""
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    j_mask = (offs_r[:, None] < R) & (offs_j[None, :] < K2)
+    row = offs_r.to(tl.int64)[:, None]
+    sm_row = sm_ptr + row * (2 * K2)
+    nib = tl.load(nib_ptr + row * K2 + offs_j[None, :], mask=j_mask, other=0)
+    sm_a = tl.load(sm_row + offs_j[None, :], mask=j_mask, other=0)
+    sm_b = tl.load(sm_row + K2 + offs_j[None, :], mask=j_mask, other=0)
+    w_a = w12_decode_bf16(sm_a, nib, base128, False, ASM)
+    w_b = w12_decode_bf16(sm_b, nib, base128, True, ASM)
+    out_row = out_ptr + row * K
+    tl.store(out_row + offs_j[None, :], w_a, mask=j_mask)
+    b_col = K2 + offs_j[None, :]
+    tl.store(out_row + b_col, w_b, mask=j_mask & (b_col < K))
+
+
+def w12_pack(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
+    """Pack a bf16 tensor with the Triton encode kernel; same contract as ``w12_pack_ref``."""
+    cfg = config or space.default_config()
+    space.validate(cfg)
+    w2 = ref.as_rows(w)
+    r, k = w2.shape
+    k2 = (k + 1) // 2
+    base = ref.choose_base(w2) if w2.numel() else 0
+    sm = torch.empty((r, 2 * k2), dtype=torch.uint8, device=w.device)
+    nib = torch.empty((r, k2), dtype=torch.uint8, device=w.device)
+    if w2.numel():
+        grid = (cdiv(r, cfg["BLOCK_R"]), cdiv(k2, cfg["BLOCK_J"]))
+        w12_fwd_kernel_encode[grid](w2.view(torch.int16), sm, nib, r, k, k2, base,
+                                    BLOCK_R=cfg["BLOCK_R"], BLOCK_J=cfg["BLOCK_J"],
+                                    num_warps=cfg["num_warps"])
+    return W12Tensor(w.shape, base, sm, nib, *ref.escapes(w2, base))
+
+
+def w12_unpack(packed: W12Tensor, config: dict | None = None) -> torch.Tensor:
+    """Decode with the Triton kernel, then restore escapes; same contract as ``w12_unpack_ref``."""
+    cfg = config or space.default_config()
+    space.validate(cfg)
+    r, k, k2 = packed.rows, packed.cols, packed.k_half
+    out = torch.empty((r, k), dtype=torch.bfloat16, device=packed.device)
+    if out.numel():
+        grid = (cdiv(r, cfg["BLOCK_R"]), cdiv(k2, cfg["BLOCK_J"]))
+        w12_fwd_kernel_decode[grid](packed.sm, packed.nib, out, r, k, k2, packed.base << 7,
+                                    BLOCK_R=cfg["BLOCK_R"], BLOCK_J=cfg["BLOCK_J"],
+                                    ASM=cfg["DECODE"] == "prmt", num_warps=cfg["num_warps"])
+    ref.apply_escape_bits(out.view(torch.int16), packed)
+    return out.reshape(packed.shape)

@@ -1,0 +1,128 @@
+"""Tuning space of the W12 skinny GEMM, as data (STYLE.md item 10).
+
+Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decode, runs anywhere;
+"prmt": inline-PTX decode of 4 weights per call, GPU only). ``BLOCK_K`` counts *pairs* of columns:
+one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles) and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high
+nibbles), so it covers ``2 * BLOCK_K`` weights per row.
+"""
+
+import itertools
+
+from specpilot.kernels.common.interpret import interpreting
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.skinny_gemm.space import block_t
+from specpilot.kernels.skinny_gemm.space import check_int
+from specpilot.kernels.skinny_gemm.space import kernels_for
+from specpilot.kernels.skinny_gemm.space import m_bucket
+
+__all__ = ["CONFIGS", "KEY", "PARAMS", "SWEEP", "block_t", "default_config", "kernels_for",
+           "m_bucket", "validate"]
+
+KEY = ("M_BUCKET", "N", "K")
+
+PARAMS = {
+    "gemv": {
+        "BLOCK_N": [8, 16, 32, 64],
+        "BLOCK_K": [64, 128, 256, 512],
+        "SPLIT_K": [1, 2, 4, 8],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3, 4],
+        "DECODE": ["int", "prmt"],
+    },
+    "dot": {
+        "BLOCK_N": [32, 64, 128, 256],
+        "BLOCK_K": [32, 64, 128],
+        "SPLIT_K": [1, 2, 4, 8],
+        "num_warps": [4, 8],
+        "num_stages": [2, 3, 4, 5],
+        "DECODE": ["int", "prmt"],
+    },
+}
+
+CONFIGS = [
+    {"kernel": kernel, **dict(zip(params, values))}
+    for kernel, params in PARAMS.items()
+    for values in itertools.product(*params.values())
+]
+
+# Starting points after the REFERENCE-kernels.md §3.4 prototype (gemv 8-32 x 256-512, swap-AB
+# 64-128
+# rows with split-K 4); each in both decodes so the sweep shows what the PTX decode buys.
+
+
+def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
+            num_stages: int, decode: str) -> dict:
+    return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
+            "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode}
+
+
+SWEEP = [
+    _config("gemv", 16, 256, 1, 4, 3, "prmt"),
+    _config("gemv", 8, 256, 1, 4, 3, "prmt"),
+    _config("gemv", 16, 256, 2, 4, 3, "prmt"),
+    _config("gemv", 16, 256, 1, 4, 3, "int"),
+    _config("dot", 64, 64, 4, 4, 3, "prmt"),
+    _config("dot", 128, 64, 1, 4, 3, "prmt"),
+    _config("dot", 128, 64, 2, 8, 3, "prmt"),
+    _config("dot", 64, 64, 4, 4, 3, "int"),
+]
+
+TEST_ONLY_KEYS = ("_test_corrupt",)
+_SMEM_BUDGET = 160 * 1024
+
+
+def validate(config: dict, m: int, n: int, k: int) -> None:
+    """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x W12[n, k]^T``."""
+    if not isinstance(config, dict):
+        raise ValueError(f"config must be a dict, got {type(config).__name__}")  # noqa: TRY004
+    kernel = config.get("kernel")
+    if kernel not in PARAMS:
+        raise ValueError(f"config['kernel'] must be one of {sorted(PARAMS)}, got {kernel!r}")
+    expected = set(PARAMS[kernel]) | {"kernel"}
+    unknown = set(config) - expected - set(TEST_ONLY_KEYS)
+    missing = expected - set(config)
+    if unknown or missing:
+        raise ValueError(f"config for {kernel!r}: unknown keys {sorted(unknown)}, "
+                         f"missing {sorted(missing)}")
+    for name in PARAMS[kernel]:
+        v = config[name]
+        if name == "DECODE":
+            if v not in PARAMS[kernel]["DECODE"]:
+                raise ValueError(f"config['DECODE'] must be one of {PARAMS[kernel]['DECODE']}")
+        else:
+            check_int(name, v)
+    if config["DECODE"] == "prmt" and interpreting():
+        raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
+    if kernel not in kernels_for(m):
+        raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
+    if kernel == "gemv":
+        per_thread = config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
+        if per_thread > 64:
+            raise ValueError(f"gemv tile BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers")
+    else:
+        if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
+            raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
+        stage = 3 * config["BLOCK_N"] * config["BLOCK_K"] + 4 * config["BLOCK_K"] * block_t(m)
+        if config["num_stages"] * stage > _SMEM_BUDGET:
+            raise ValueError(f"dot pipeline needs {config['num_stages'] * stage} B of shared "
+                             f"memory > {_SMEM_BUDGET}")
+
+
+def _split_for(num_tiles: int, k_iters: int, num_sms: int, ctas_per_sm: int) -> int:
+    split = 1
+    while split < 8 and num_tiles * split < ctas_per_sm * num_sms and k_iters // (split * 2) >= 4:
+        split *= 2
+    return split
+
+
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+    """The untuned choice (logged by the launcher when used). It decodes with ``"int"``: the PTX
+    decode is chosen only by a tuning run whose results passed the reference check on that GPU."""
+    k2 = cdiv(k, 2)
+    if m == 1:
+        split = _split_for(cdiv(n, 16), cdiv(k2, 256), num_sms, 4)
+        return {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": split,
+                "num_warps": 4, "num_stages": 3, "DECODE": "int"}
+    split = _split_for(cdiv(n, 64), cdiv(k2, 64), num_sms, 2)
+    return {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": split,
+            "num_warps": 4, "num_stages": 3, "DECODE": "int"}

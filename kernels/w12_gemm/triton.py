@@ -1,0 +1,196 @@
+"""Triton W12 skinny GEMM: ``out [M, N] = x [M, K] @ W^T`` with W decoded in registers.
+
+The weight is never materialised in bf16: each K step loads three equally shaped uint8 tiles,
+``sm[:, j:j+BK]``, ``sm[:, K2+j:K2+j+BK]`` and ``nib[:, j:j+BK]`` (see
+:mod:`specpilot.kernels.w12.format`), decodes the low-nibble half and the high-nibble half with
+integer ops, and multiplies each with its own slice of x (``x[:, j:j+BK]`` and
+``x[:, K2+j:K2+j+BK]``).
+
+- ``w12_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV, decode straight to fp32 (``bits << 16``).
+- ``w12_gemm_fwd_kernel_dot`` (any M): swap-AB; the decoded ``[BLOCK_N, BLOCK_K]`` bf16 tile is the
+  A operand of ``tl.dot`` (weights on the MMA M side, tokens padded to BLOCK_T >= 16 on the N
+  side). Triton picks the register layout; a hand pre-shuffle into MMA fragment order (Marlin) is
+  not expressible in Triton and is not attempted here.
+
+Escapes, and what they do to summation order
+--------------------------------------------
+An escaped weight sits in the planes with its exponent clamped into the window, so the main loop
+multiplies x by a wrong but finite value ``d``. The split that owns K range 0 then adds, per
+escape of each of its rows, ``esc_delta * x[:, col]`` with ``esc_delta = fp32(exact) - fp32(d)``
+precomputed at pack time (a per-row CSR walked in the epilogue, ~0.01% of weights: no extra
+launch). Consequences, documented as the W12 GEMM contract:
+
+- The *weights* are lossless: ``unpack(pack(w))`` is bit-identical to ``w``.
+- The *output* is not bit-identical to a bf16 GEMM on ``w``: the escaped products enter the fp32
+  sum as ``d*x`` in K order plus ``(e - d)*x`` at the end, and ``e - d`` itself rounds in fp32 when
+  ``|e|`` is more than ~2^16 below the window (zeros, subnormals). The difference is at the level
+  of fp32 summation-order noise, inside the one tolerance of :mod:`specpilot.kernels.common.check`.
+- Split-K is deterministic (:mod:`specpilot.kernels.common.epilogue`): same inputs, same bits.
+- Non-finite weights propagate (``inf - d = inf``, ``NaN - d = NaN``), as in the reference.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from specpilot.kernels.common.epilogue import store_splitk
+from specpilot.kernels.common.interpret import dot_bf16
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.launch import lock_buffer
+from specpilot.kernels.common.launch import resolve_config
+from specpilot.kernels.common.launch import splitk_plan
+from specpilot.kernels.common.launch import workspace
+from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.triton import w12_decode_bf16
+from specpilot.kernels.w12.triton import w12_decode_f32
+from specpilot.kernels.w12_gemm import space
+
+
+@triton.jit
+def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
+                  esc_delta_ptr):
+    """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes of rows ``offs_n``."""
+    start = tl.load(row_ptr + offs_n, mask=n_mask, other=0)
+    count = tl.load(row_ptr + offs_n + 1, mask=n_mask, other=0) - start
+    m_mask = offs_m[:, None] < M
+    for i in range(tl.max(count, axis=0)):
+        has = i < count
+        col = tl.load(esc_col_ptr + start + i, mask=has, other=0)
+        delta = tl.load(esc_delta_ptr + start + i, mask=has, other=0.0)
+        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
+                     mask=m_mask & has[None, :], other=0.0)
+        acc += xv.to(tl.float32) * delta[None, :]
+    return acc
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+                             ws_ptr, lock_ptr, M, N, K, K2, base128, k_per_split,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                             ASM: tl.constexpr):
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    row = offs_n.to(tl.int64)[:, None]
+    sm_rows = sm_ptr + row * (2 * K2)
+    nib_rows = nib_ptr + row * K2
+    j_lo = pid_k * k_per_split
+    j_hi = tl.minimum(j_lo + k_per_split, K2)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for j0 in range(j_lo, j_hi, BLOCK_K):
+        offs_j = j0 + tl.arange(0, BLOCK_K)
+        j_mask = offs_j < j_hi
+        mask = n_mask[:, None] & j_mask[None, :]
+        nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0,
+                      eviction_policy="evict_first")
+        sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0,
+                       eviction_policy="evict_first")
+        sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
+                       eviction_policy="evict_first")
+        x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
+        x_b = tl.load(x_ptr + K2 + offs_j, mask=j_mask & (K2 + offs_j < K), other=0.0,
+                      eviction_policy="evict_last")
+        acc += w12_decode_f32(sm_a, nib, base128, False, ASM) * x_a.to(tl.float32)[None, :]
+        acc += w12_decode_f32(sm_b, nib, base128, True, ASM) * x_b.to(tl.float32)[None, :]
+    y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
+    offs_m = tl.arange(0, 1)
+    if pid_k == 0:
+        y = apply_escapes(y, x_ptr, 0, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
+                          esc_delta_ptr)
+    store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+                            ws_ptr, lock_ptr, M, N, K, K2, stride_xm, base128, k_per_split,
+                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                            SPLIT_K: tl.constexpr, ASM: tl.constexpr):
+    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``."""
+    pid_n = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    n_mask = offs_n < N
+    t_mask = offs_t < M
+    row = offs_n.to(tl.int64)[:, None]
+    sm_rows = sm_ptr + row * (2 * K2)
+    nib_rows = nib_ptr + row * K2
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    j_lo = pid_k * k_per_split
+    j_hi = tl.minimum(j_lo + k_per_split, K2)
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for j0 in range(j_lo, j_hi, BLOCK_K):
+        offs_j = j0 + tl.arange(0, BLOCK_K)
+        j_mask = offs_j < j_hi
+        mask = n_mask[:, None] & j_mask[None, :]
+        nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0,
+                      eviction_policy="evict_first")
+        sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0,
+                       eviction_policy="evict_first")
+        sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
+                       eviction_policy="evict_first")
+        xa_t = tl.load(x_cols + offs_j[:, None], mask=j_mask[:, None] & t_mask[None, :], other=0.0,
+                       eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
+        b_mask = j_mask & (K2 + offs_j < K)
+        xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
+                       other=0.0, eviction_policy="evict_last")
+        acc = dot_bf16(w12_decode_bf16(sm_a, nib, base128, False, ASM), xa_t, acc)
+        acc = dot_bf16(w12_decode_bf16(sm_b, nib, base128, True, ASM), xb_t, acc)
+    out_t = tl.trans(acc)  # [BLOCK_T, BLOCK_N]
+    if pid_k == 0:
+        out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
+                              esc_col_ptr, esc_delta_ptr)
+    tile_id = pid_t * tl.num_programs(0) + pid_n
+    store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
+
+
+def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None = None,
+             config: dict | None = None) -> torch.Tensor:
+    """``x [M, K]`` bf16 times the W12 weight ``[N, K]`` transposed -> ``[M, N]``, fp32
+    accumulation.
+
+    Same contract as :func:`specpilot.kernels.w12_gemm.reference.w12_gemm_ref` (up to the summation
+    order described in the module docstring). ``config``: an entry of ``space.py``; None picks the
+    tuned or default config.
+    """
+    if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
+        raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
+                         f"{tuple(x.shape)} and {tuple(packed.shape)}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"w12_gemm takes bf16 x, got {x.dtype}")
+    if x.device != packed.device:
+        raise ValueError(f"x is on {x.device} but the W12 weight is on {packed.device}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    m, k = x.shape
+    n, k2 = packed.shape[0], packed.k_half
+    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    cfg = resolve_config("w12_gemm", config, m, n, k, x.device, space)
+    k_per_split, splits = splitk_plan(k2, cfg["SPLIT_K"], cfg["BLOCK_K"])
+    ws = workspace(splits, m, n, x.device)
+    grid_n = cdiv(n, cfg["BLOCK_N"])
+    planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
+    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": splits,
+            "ASM": cfg["DECODE"] == "prmt", "num_warps": cfg["num_warps"],
+            "num_stages": cfg["num_stages"]}
+    if cfg["kernel"] == "gemv":
+        locks = lock_buffer(x.device, grid_n)
+        w12_gemm_fwd_kernel_gemv[(grid_n, splits)](
+            x, *planes, out, ws, locks, m, n, k, k2, packed.base << 7, k_per_split, **meta)
+    else:
+        bt = space.block_t(m)
+        grid_t = cdiv(m, bt)
+        locks = lock_buffer(x.device, grid_n * grid_t)
+        w12_gemm_fwd_kernel_dot[(grid_n, grid_t, splits)](
+            x, *planes, out, ws, locks, m, n, k, k2, x.stride(0), packed.base << 7, k_per_split,
+            BLOCK_T=bt, **meta)
+    if cfg.get("_test_corrupt"):
+        out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
+    return out

@@ -1,0 +1,32 @@
+"""experiments/kernels_h200.py runs end to end (``--cpu-smoke``: tiny shapes, interpreter) and
+writes the JSON the cost model reads. Speed numbers come only from the H200 run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_h200_script_cpu_smoke(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "experiments/kernels_h200.py", "--cpu-smoke"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "kernels_h200.json").read_text())
+    assert report["fingerprint"]["gpu"].startswith("cpu")
+    assert all(c["ok"] for c in report["checks"])
+    rows = report["rows"]
+    assert [(r["shape"], r["M"]) for r in rows] == [
+        (s, m) for s in ("tiny_a", "tiny_b") for m in (1, 3, 16)]
+    for r in rows:
+        assert r["cublas"]["ok"]
+        for op in ("skinny_gemm", "w12_gemm"):
+            best = r[op]["best"]
+            assert best is not None and best["roofline"]["bytes_moved"] > 0
+            states = {t["state"] for t in r[op]["sweep"]}
+            assert states <= {"ok", "wrong", "error", "error (earlier)"}
+    assert proc.stdout.strip().splitlines()[-1].startswith("tiny_b")  # the table is printed last

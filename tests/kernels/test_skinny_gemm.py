@@ -1,0 +1,125 @@
+"""skinny_gemm: Triton (interpreter) against the fp64 exact result, on odd shapes."""
+
+import inspect
+import math
+
+import pytest
+import torch
+
+from specpilot.kernels import skinny_gemm
+from specpilot.kernels.common.check import assert_gemm_close
+from specpilot.kernels.common.launch import lock_buffer
+from specpilot.kernels.skinny_gemm import space
+from specpilot.kernels.skinny_gemm.reference import skinny_gemm_ref
+from specpilot.kernels.skinny_gemm.triton import skinny_gemm as skinny_gemm_triton
+
+
+def gemv(bn=16, bk=32, split=1):
+    return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
+            "num_stages": 1}
+
+
+def dot(bn=16, bk=16, split=1):
+    return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
+            "num_stages": 2}
+
+
+CASES = [
+    pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-bf16-gemv"),
+    pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
+    pytest.param(1, 67, 45, dot(), id="M1-K67-N45-bf16-dot"),
+    pytest.param(3, 67, 45, dot(), id="M3-K67-N45-bf16-dot"),
+    pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-bf16-dot-split2"),
+    pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3), id="M17-K67-N45-bf16-dot-split3"),
+    pytest.param(64, 33, 20, dot(), id="M64-K33-N20-bf16-dot"),
+    pytest.param(70, 67, 45, dot(split=2), id="M70-K67-N45-bf16-dot-split2"),
+]
+
+
+def _inputs(m, k, n, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k), generator=gen).to(torch.bfloat16)
+    w = (torch.randn((n, k), generator=gen) * 0.05).to(torch.bfloat16)
+    return x, w
+
+
+@pytest.mark.parametrize("m, k, n, config", CASES)
+def test_triton(m, k, n, config):
+    x, w = _inputs(m, k, n)
+    assert_gemm_close("skinny_gemm", skinny_gemm_triton(x, w, config=config), x, w)
+    out32 = skinny_gemm_triton(x, w, out_dtype=torch.float32, config=config)
+    assert out32.dtype == torch.float32
+    assert_gemm_close("skinny_gemm fp32 out", out32, x, w)
+
+
+@pytest.mark.parametrize("m, k, n, config", CASES[:4])
+def test_reference(m, k, n, config):
+    x, w = _inputs(m, k, n)
+    assert_gemm_close("skinny_gemm_ref", skinny_gemm_ref(x, w, config=config), x, w)
+
+
+def test_signature_matches_reference():
+    assert inspect.signature(skinny_gemm_triton) == inspect.signature(skinny_gemm_ref)
+
+
+def test_splitk_is_deterministic_and_leaves_counters_zero():
+    x, w = _inputs(5, 96, 40)
+    config = dot(bn=16, bk=16, split=4)
+    first = skinny_gemm_triton(x, w, config=config)
+    second = skinny_gemm_triton(x, w, config=config)
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+    assert int(lock_buffer(x.device, 1).abs().sum()) == 0
+
+
+def test_default_config_and_linear():
+    x, w = _inputs(2, 40, 24)
+    assert_gemm_close("linear", skinny_gemm.linear(x, w), x, w)
+    x1 = x[:1]
+    assert_gemm_close("linear M=1", skinny_gemm.linear(x1, w), x1, w)
+
+
+def test_fuse_splits_back():
+    x, w = _inputs(4, 32, 48)
+    fused, sizes = skinny_gemm.fuse([w[:16], w[16:20], w[20:]])
+    assert sizes == [16, 4, 28]
+    parts = skinny_gemm.linear(x, fused, dot()).split(sizes, dim=-1)
+    for part, ref in zip(parts, (w[:16], w[16:20], w[20:])):
+        assert_gemm_close("fused part", part, x, ref)
+
+
+def test_strided_x_and_empty_shapes():
+    x, w = _inputs(3, 48, 20)
+    wide = torch.zeros((3, 96), dtype=torch.bfloat16)
+    wide[:, ::2] = x
+    assert_gemm_close("strided x", skinny_gemm_triton(wide[:, ::2], w, config=dot()), x, w)
+    assert skinny_gemm_triton(x[:0], w, config=dot()).shape == (0, 20)
+
+
+@pytest.mark.parametrize("config, m, message", [
+    ({**dot(), "BLOCK_Q": 4}, 2, "unknown config keys"),
+    (gemv(), 2, "cannot run M=2"),
+    (dot(bn=24), 2, "power of two"),
+    (dot(bn=8), 2, "BLOCK_N >= 16"),
+    ({"kernel": "mma"}, 2, "kernel"),
+])
+def test_bad_config_is_rejected(config, m, message):
+    x, w = _inputs(m, 32, 16)
+    with pytest.raises(ValueError, match=message):
+        skinny_gemm_triton(x, w, config=config)
+
+
+def test_space_data():
+    assert space.KEY == ("M_BUCKET", "N", "K")
+    assert len(space.CONFIGS) == sum(math.prod(len(c) for c in p.values())
+                                     for p in space.PARAMS.values())
+    for config in space.SWEEP:
+        space.validate(config, 1 if config["kernel"] == "gemv" else 16, 5120, 5120)
+    assert [space.m_bucket(m) for m in (1, 3, 16, 17, 64, 65, 130)] == [1, 4, 16, 32, 64, 128, 192]
+    assert space.default_config(1, 5120, 17408)["kernel"] == "gemv"
+    assert space.default_config(16, 5120, 17408)["kernel"] == "dot"
+
+
+def test_wrong_dtype():
+    x, w = _inputs(2, 16, 16)
+    with pytest.raises(TypeError):
+        skinny_gemm_triton(x.float(), w, config=dot())

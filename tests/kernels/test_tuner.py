@@ -1,0 +1,110 @@
+"""The Optuna tuner end to end on CPU (interpreter, tiny shapes): wrong configs fail, never win;
+the cache is keyed by the environment, and any changed fingerprint field is a miss."""
+
+import dataclasses
+import json
+
+import optuna
+import pytest
+import torch
+
+from specpilot.kernels import skinny_gemm
+from specpilot.kernels.tuning import cache
+from specpilot.kernels.tuning.study import tune
+
+from specpilot import fingerprint
+
+
+def _quiet(_msg):
+    pass
+
+
+def _journal(directory):
+    backend = optuna.storages.journal.JournalFileBackend(str(directory / "optuna.journal"))
+    return optuna.storages.JournalStorage(backend)
+
+
+def test_wrong_configs_are_failed_trials(kernel_cache_dir):
+    [result] = tune("skinny_gemm", 40, 72, [3], trials=8, device="cpu", reps=2,
+                    extra_params={"_test_corrupt": [False, True]}, log=_quiet)
+    study = optuna.load_study(study_name=result.cache_key, storage=_journal(kernel_cache_dir))
+    corrupt = [t for t in study.trials if t.user_attrs["config"].get("_test_corrupt")]
+    assert corrupt, "the sampler never proposed the corrupting flag"
+    for t in corrupt:
+        assert t.state == optuna.trial.TrialState.FAIL
+        assert t.user_attrs["state"] in ("wrong", "invalid") or t.user_attrs["state"].startswith(
+            "invalid")
+        assert "timing" not in t.user_attrs
+    assert result.config is not None and not result.config.get("_test_corrupt")
+    assert result.num_failed >= 1 and result.num_ok + result.num_failed == 8
+    entry = cache.load_entry(result.cache_key, kernel_cache_dir)
+    assert entry["config"] == result.config
+    assert entry["p50_us"] > 0 and entry["fingerprint"]["gpu"].startswith("cpu")
+
+
+def test_cache_hit_then_miss_on_changed_fingerprint(kernel_cache_dir, monkeypatch):
+    args = ("w12_gemm", 24, 40, [1])
+    [first] = tune(*args, trials=3, device="cpu", reps=1, log=_quiet)
+    assert not first.from_cache and first.config["DECODE"] == "int"
+    [again] = tune(*args, trials=3, device="cpu", reps=1, log=_quiet)
+    assert again.from_cache and again.config == first.config
+    assert cache.lookup_config("w12_gemm", 1, 24, 40, torch.device("cpu")) == first.config
+
+    real = fingerprint.current("cpu")
+    for field in ("gpu", "compute_capability", "driver", "cuda", "torch", "triton"):
+        changed = dataclasses.replace(real, **{field: getattr(real, field) + "-new"})
+        monkeypatch.setattr(fingerprint, "current", lambda device="cuda", fp=changed: fp)
+        assert cache.lookup_config("w12_gemm", 1, 24, 40, torch.device("cpu")) is None, field
+    # a different commit is not a kernel-relevant change
+    monkeypatch.setattr(fingerprint, "current",
+                        lambda device="cuda": dataclasses.replace(real, commit="other"))
+    assert cache.lookup_config("w12_gemm", 1, 24, 40, torch.device("cpu")) == first.config
+    changed = dataclasses.replace(real, driver="999.1")
+    monkeypatch.setattr(fingerprint, "current", lambda device="cuda": changed)
+    [retuned] = tune(*args, trials=2, device="cpu", reps=1, log=_quiet)
+    assert not retuned.from_cache and retuned.cache_key != first.cache_key
+
+
+def test_linear_uses_the_cached_config(kernel_cache_dir, monkeypatch):
+    chosen = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 3, "num_warps": 4,
+              "num_stages": 2}
+    kernel_key = fingerprint.current("cpu").kernel_key()
+    cache.store_entry(cache.entry_key("skinny_gemm", 20, 48, 4, kernel_key), {"config": chosen},
+                      kernel_cache_dir)
+    assert cache.lookup_config("skinny_gemm", 3, 20, 48, torch.device("cpu")) == chosen
+    seen = []
+    from specpilot.kernels.skinny_gemm import triton as impl
+
+    original = impl.splitk_plan
+    monkeypatch.setattr(impl, "splitk_plan",
+                        lambda k, s, b: seen.append((s, b)) or original(k, s, b))
+    x = torch.randn(3, 48).to(torch.bfloat16)
+    w = torch.randn(20, 48).to(torch.bfloat16)
+    skinny_gemm.linear(x, w)
+    assert seen == [(3, 16)]
+
+
+def test_cache_file_format(kernel_cache_dir):
+    path = cache.store_entry("op|N=1|K=1|M=1|k", {"config": {"a": 1}}, kernel_cache_dir)
+    data = json.loads(path.read_text())
+    assert data["version"] == cache.VERSION
+    assert data["entries"]["op|N=1|K=1|M=1|k"]["config"] == {"a": 1}
+    path.write_text(json.dumps({"version": 99, "entries": {}}))
+    with pytest.raises(ValueError, match="version"):
+        cache.load_entry("x", kernel_cache_dir)
+
+
+def test_cli_tune_kernel(kernel_cache_dir, monkeypatch, capsys):
+    from specpilot import cli
+
+    monkeypatch.setattr(cli, "COMMANDS", {"tune-kernel": (
+        "specpilot.commands.tune_kernel", "Tune one Triton kernel with Optuna.")})
+    code = cli.main(["tune-kernel", "skinny_gemm", "--shape", "48,24", "--m", "1,2",
+                     "--trials", "2", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [line.split()[0] for line in out.splitlines() if line.endswith("}")
+            and line.split()[0].isdigit()]
+    assert rows == ["1", "2"] and "configs.json" in out, out
+    with pytest.raises(SystemExit):
+        cli.main(["tune-kernel", "skinny_gemm", "--shape", "48", "--device", "cpu"])

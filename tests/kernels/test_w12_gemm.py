@@ -1,0 +1,94 @@
+"""w12_gemm: Triton (interpreter) against the fp64 exact result of the unpacked weight."""
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+from specpilot.kernels import w12
+from specpilot.kernels import w12_gemm
+from specpilot.kernels.common.check import assert_gemm_close
+from specpilot.kernels.common.check import check_close
+from specpilot.kernels.common.check import gemm_exact
+from specpilot.kernels.tuning.ops import synthetic_weight
+from specpilot.kernels.w12_gemm.reference import w12_gemm_ref
+from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
+
+
+def gemv(bn=16, bk=16, split=1):
+    return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
+            "num_stages": 1, "DECODE": "int"}
+
+
+def dot(bn=16, bk=16, split=1):
+    return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
+            "num_stages": 2, "DECODE": "int"}
+
+
+CASES = [
+    pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-w12-gemv"),
+    pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
+    pytest.param(1, 66, 45, dot(), id="M1-K66-N45-w12-dot"),
+    pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
+    pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
+    pytest.param(17, 67, 45, dot(split=2), id="M17-K67-N45-w12-dot-split2"),
+    pytest.param(70, 35, 20, dot(), id="M70-K35-N20-w12-dot"),
+]
+
+
+def _inputs(m, k, n, seed=0, outlier_rate=0.02):
+    w = synthetic_weight(n, k, torch.device("cpu"), seed, outlier_rate=outlier_rate)
+    x = torch.randn((m, k), generator=torch.Generator().manual_seed(seed + 7)).to(torch.bfloat16)
+    return x, w, w12.pack(w)
+
+
+@pytest.mark.parametrize("m, k, n, config", CASES)
+def test_triton(m, k, n, config):
+    x, w, packed = _inputs(m, k, n)
+    assert packed.num_escapes > 0
+    assert_gemm_close("w12_gemm", w12_gemm_triton(x, packed, config=config), x, w)
+    out32 = w12_gemm_triton(x, packed, out_dtype=torch.float32, config=config)
+    assert_gemm_close("w12_gemm fp32 out", out32, x, w)
+
+
+@pytest.mark.parametrize("config", [gemv(), dot()], ids=["gemv", "dot"])
+def test_dropping_escape_corrections_is_caught(config):
+    """Without the epilogue's escape terms the result is wrong: the check must see it."""
+    m = 1 if config["kernel"] == "gemv" else 4
+    x, w, packed = _inputs(m, 67, 45)
+    broken = dataclasses.replace(packed, esc_delta=torch.zeros_like(packed.esc_delta))
+    exact, abs_sum = gemm_exact(x, w)
+    assert not check_close("no escapes", w12_gemm_triton(x, broken, config=config), exact,
+                           abs_sum).ok
+
+
+def test_high_escape_rate_tensor():
+    gen = torch.Generator().manual_seed(5)
+    w = (torch.exp2(torch.rand((24, 40), generator=gen) * 40 - 30)
+         * torch.randn((24, 40), generator=gen).sign()).to(torch.bfloat16)
+    packed = w12.pack(w)
+    assert packed.escape_rate > 0.3
+    x = torch.randn((5, 40), generator=gen).to(torch.bfloat16)
+    assert_gemm_close("w12 high escape", w12_gemm_triton(x, packed, config=dot()), x, w)
+    assert_gemm_close("w12 high escape gemv", w12_gemm_triton(x[:1], packed, config=gemv()),
+                      x[:1], w)
+
+
+def test_reference_and_linear():
+    x, w, packed = _inputs(2, 40, 24)
+    assert_gemm_close("w12_gemm_ref", w12_gemm_ref(x, packed), x, w)
+    assert_gemm_close("linear", w12_gemm.linear(x, packed), x, w)
+    assert_gemm_close("linear M=1", w12_gemm.linear(x[:1], packed), x[:1], w)
+
+
+def test_signature_matches_reference():
+    assert inspect.signature(w12_gemm_triton) == inspect.signature(w12_gemm_ref)
+
+
+def test_shape_errors():
+    x, _, packed = _inputs(2, 40, 24)
+    with pytest.raises(ValueError, match="2-D"):
+        w12_gemm_triton(x[:, :39], packed, config=dot())
+    with pytest.raises(ValueError, match="inline PTX"):
+        w12_gemm_triton(x, packed, config={**dot(), "DECODE": "prmt"})
