@@ -149,6 +149,16 @@ class ModelCache:
         """Each layer's pending rows (None for attention layers)."""
         return [getattr(layer, "pending", None) for layer in self.layers]
 
+    def copy_row(self, src: int, dst: int) -> None:
+        """Move request row ``src``'s state into row ``dst`` (keeps the running rows contiguous)."""
+        for layer in self.layers:
+            if isinstance(layer, KVCache):
+                for t in (layer.k, layer.v, layer.pos):
+                    t[dst].copy_(t[src])
+            elif isinstance(layer, GDNState):
+                layer.conv[dst].copy_(layer.conv[src])
+                layer.recurrent[dst].copy_(layer.recurrent[src])
+
     def reset(self) -> None:
         """Empty every row (a persistent cache reused by the next request)."""
         for layer in self.layers:
