@@ -81,7 +81,7 @@ class BatchEngine:
             req.generator.manual_seed(req.params.seed if req.params.seed is not None else 0)
         ids = torch.tensor([req.prompt_ids], device=e.device)
         positions = torch.arange(len(req.prompt_ids), device=e.device)[None]
-        out = e.target(ids, positions, cache, commit_all=True, capture=e.capture, last_only=True)
+        out = e.target.prefill(ids, positions, cache, capture=e.capture)
         if draft is not None:
             e.drafter.commit_context(out.aux, positions, draft)
         req.tokens = [int(e._pick(out.logits[:, -1], req.params, req.generator)[0])]

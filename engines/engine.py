@@ -83,7 +83,7 @@ class Engine:
         return self.target(ids, positions, cache, commit_all=True).logits[:, 0]
 
     def _draft_fn(self, draft_cache, block_ids, positions, temperature=0.0, generator=None):
-        hidden = self.drafter(self.target.embed(block_ids), positions, draft_cache)
+        hidden = self.drafter(self.target.draft_embed(block_ids), positions, draft_cache)
         return self.drafter.propose(hidden[:, 1:], block_ids[:, 0], self.target.lm_head,
                                     temperature, generator)
 
@@ -175,8 +175,7 @@ class Engine:
 
         ids = torch.tensor([prompt_ids], device=self.device)
         positions = torch.arange(num_prompt, device=self.device)[None]
-        out = self.target(ids, positions, cache, commit_all=True, capture=self.capture,
-                          last_only=True)
+        out = self.target.prefill(ids, positions, cache, capture=self.capture)
         if draft_cache is not None:
             self.drafter.commit_context(out.aux, positions, draft_cache)
         first = [int(self._pick(out.logits[:, -1], params, generator)[0])]

@@ -46,8 +46,8 @@ def resolve(source: ModelSource, setting: Setting, role: str) -> Path | dict:
     if kind == "generated":
         from specpilot import tiny
 
-        if rest == "tiny-qwen3_5":
-            return tiny.tiny_target(source.seed)
+        if rest in tiny.GENERATED:
+            return tiny.GENERATED[rest](source.seed)
         if rest in tiny.DRAFTERS:
             return tiny.tiny_drafter(rest, source.seed)
         raise SpecPilotError(f"setting {setting.name}: unknown generated {role} {rest!r}")

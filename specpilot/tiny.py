@@ -33,6 +33,22 @@ TARGET = dict(
 )
 
 
+MUSE_TARGET = dict(
+    hidden_size=256, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=1,
+    head_dim=32, intermediate_size=768, vocab_size=VOCAB_SIZE, sliding_window=16,
+    max_position_embeddings=4096, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    output_multiplier=1.0, qk_scale_factor=3.87, final_logit_softcapping=20.0, eos_token_id=EOS_ID,
+    bos_token_id=1, initializer_range=0.05,
+)
+MUSE_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+MUSE_ASSISTANT = dict(
+    hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=64, sliding_window=16, block_size=16, mask_token_id=MASK_ID,
+    pad_token_id=2, bos_token_id=1, eos_token_id=EOS_ID, target_layer_ids=[1, 3, 5],
+    rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, max_position_embeddings=4096,
+)
+
+
 def _drafter_config(architecture: str, block_size: int, extra: dict) -> dict:
     layers = 2
     return {
@@ -107,6 +123,42 @@ def tiny_target(seed: int = 0) -> Path:
         (out / "tokenizer.json").write_bytes(TOKENIZER_FILE.read_bytes())
 
     return _write_atomically(home() / "models" / f"tiny-qwen3_5-s{seed}", write)
+
+
+def tiny_muse_target(seed: int = 0) -> Path:
+    """A tiny Muse-Glimmer VLM checkpoint (8 text layers: 6 sliding-window, 2 global NoPE)."""
+
+    def write(out: Path):
+        from transformers import MuseGlimmerConfig
+        from transformers import MuseGlimmerForConditionalGeneration as HFModel
+
+        torch.manual_seed(seed)
+        config = MuseGlimmerConfig(text_config=MUSE_TARGET, vision_config=MUSE_VISION,
+                                   out_hidden_size=128, projector_hidden_size=64)
+        HFModel(config).save_pretrained(out)
+        (out / "tokenizer.json").write_bytes(TOKENIZER_FILE.read_bytes())
+
+    return _write_atomically(home() / "models" / f"tiny-muse-s{seed}", write)
+
+
+def tiny_muse_assistant(seed: int = 0) -> Path:
+    """A tiny Muse-Glimmer assistant (the official DFlash drafter architecture), via transformers."""
+
+    def write(out: Path):
+        from transformers import MuseGlimmerAssistantConfig
+        from transformers import MuseGlimmerAssistantModel as HFModel
+
+        torch.manual_seed(seed + 1)
+        HFModel(MuseGlimmerAssistantConfig(**MUSE_ASSISTANT)).save_pretrained(out)
+
+    return _write_atomically(home() / "models" / f"tiny-muse-assistant-s{seed}", write)
+
+
+GENERATED = {
+    "tiny-qwen3_5": tiny_target,
+    "tiny-muse": tiny_muse_target,
+    "tiny-muse-assistant": tiny_muse_assistant,
+}
 
 
 def tiny_drafter(name: str, seed: int = 0) -> Path:

@@ -18,6 +18,9 @@ ARCHITECTURES = {
     "Qwen3_5ForConditionalGeneration":
         "specpilot.engines.models.qwen3_5:Qwen3_5ForConditionalGeneration",
     "Qwen3ForCausalLM": "specpilot.engines.models.qwen3:Qwen3ForCausalLM",
+    "MuseGlimmerForConditionalGeneration":
+        "specpilot.engines.models.muse_glimmer:MuseGlimmerForConditionalGeneration",
+    "MuseGlimmerAssistantModel": "specpilot.engines.models.dflash:MuseGlimmerAssistantModel",
     "DFlashDraftModel": "specpilot.engines.models.dflash:DFlashDraftModel",
     "DFlash2DraftModel": "specpilot.engines.models.dflash:DFlash2DraftModel",
 }

@@ -46,7 +46,7 @@ class DFlashArgs:
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
-    vocab_size: int
+    vocab_size: int | None  # headless drafters may omit it; only the DFlash2 selector needs it
     rms_norm_eps: float
     rope_theta: float
     layer_types: tuple[str, ...]
@@ -65,7 +65,7 @@ class DFlashArgs:
     selector_top_k: int | None
 
     @classmethod
-    def from_hf(cls, config: dict) -> "DFlashArgs":
+    def from_hf(cls, config: dict, default_is_causal: bool | None = None) -> "DFlashArgs":
         layer_ids = _draft_value(config, "target_layer_ids")
         if layer_ids is None:
             raise CheckpointError("drafter config must define dflash_config.target_layer_ids")
@@ -80,10 +80,11 @@ class DFlashArgs:
             num_hidden_layers=num_layers, num_attention_heads=config["num_attention_heads"],
             num_key_value_heads=config["num_key_value_heads"],
             head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
-            vocab_size=config["vocab_size"], rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            vocab_size=config.get("vocab_size"), rms_norm_eps=config.get("rms_norm_eps", 1e-6),
             rope_theta=rope.get("rope_theta", config.get("rope_theta", 10000.0)),
             layer_types=tuple(config.get("layer_types") or ["full_attention"] * num_layers),
-            sliding_window=config.get("sliding_window"), is_causal=config.get("is_causal"),
+            sliding_window=config.get("sliding_window"),
+            is_causal=config.get("is_causal", default_is_causal),
             block_size=int(_draft_value(config, "block_size", 16)), mask_token_id=int(mask_id),
             target_layer_ids=tuple(int(i) for i in layer_ids),
             num_target_layers=_draft_value(config, "num_target_layers"),
@@ -100,12 +101,15 @@ class DFlashArgs:
 class DFlashAttention(nn.Module):
     """Queries from the block; keys/values from [cached context rows, block rows]."""
 
-    def __init__(self, args: DFlashArgs, layer_idx: int):
+    def __init__(self, args: DFlashArgs, layer_idx: int, window_inclusive: bool = False):
         super().__init__()
         self.head_dim, self.num_kv_heads = args.head_dim, args.num_key_value_heads
         layer_type = args.layer_types[layer_idx]
         self.is_causal = layer_type == "sliding_attention" if args.is_causal is None else args.is_causal
-        self.window = args.sliding_window if layer_type == "sliding_attention" else None
+        # self.window: keys strictly closer than this many positions are visible
+        self.window = None
+        if layer_type == "sliding_attention":
+            self.window = args.sliding_window + (1 if window_inclusive else 0)
         self.q_proj = Linear(args.hidden_size, args.num_attention_heads * args.head_dim, bias=False)
         self.k_proj = Linear(args.hidden_size, args.num_key_value_heads * args.head_dim, bias=False)
         self.v_proj = Linear(args.hidden_size, args.num_key_value_heads * args.head_dim, bias=False)
@@ -167,9 +171,10 @@ class GroupedDynamicCausalConv(nn.Module):
 
 
 class DFlashDecoderLayer(nn.Module):
-    def __init__(self, args: DFlashArgs, layer_idx: int, with_conv: bool):
+    def __init__(self, args: DFlashArgs, layer_idx: int, with_conv: bool,
+                 window_inclusive: bool = False):
         super().__init__()
-        self.self_attn = DFlashAttention(args, layer_idx)
+        self.self_attn = DFlashAttention(args, layer_idx, window_inclusive)
         self.mlp = SwiGLU(args.hidden_size, args.intermediate_size)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
@@ -229,15 +234,18 @@ class DFlashDraftModel(nn.Module):
     """DFlash v1: Qwen3-style layers over the block, context by KV injection."""
 
     with_conv = False
+    default_is_causal: bool | None = None  # None: z-lab rule (sliding layers causal)
+    window_inclusive = False  # z-lab/SGLang: visible iff distance < sliding_window
 
     def __init__(self, config: dict):
         super().__init__()
-        args = DFlashArgs.from_hf(config)
+        args = DFlashArgs.from_hf(config, self.default_is_causal)
         self.args = args
         self.block_size, self.mask_token_id = args.block_size, args.mask_token_id
         self.target_layer_ids = args.target_layer_ids
         self.layers = nn.ModuleList(
-            [DFlashDecoderLayer(args, i, self.with_conv) for i in range(args.num_hidden_layers)])
+            [DFlashDecoderLayer(args, i, self.with_conv, self.window_inclusive)
+             for i in range(args.num_hidden_layers)])
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.fc = Linear(len(args.target_layer_ids) * args.hidden_size, args.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
@@ -319,6 +327,7 @@ class DFlashDraftModel(nn.Module):
         cap = self.args.final_logit_softcapping
         return torch.tanh(logits / cap) * cap if cap else logits
 
+    @torch.inference_mode()
     def propose(self, hidden: torch.Tensor, anchor: torch.Tensor, lm_head: nn.Module,
                 temperature: float = 0.0, generator=None):
         """Draft tokens [B, T] for hidden rows [B, T, H] and the proposal q [B, T, V] (None = greedy)."""
@@ -356,6 +365,16 @@ class DFlash2DraftModel(DFlashDraftModel):
         super().__init__(config)
         self.candidate_selector = CandidateSelector(args)
 
+    @torch.inference_mode()
     def propose(self, hidden, anchor, lm_head, temperature: float = 0.0, generator=None):
         logits = self.compute_logits(hidden, lm_head)
         return self.candidate_selector.walk(hidden, logits, anchor, temperature, generator)
+
+
+class MuseGlimmerAssistantModel(DFlashDraftModel):
+    """Muse-Glimmer's official DFlash drafter (HF ``muse_glimmer_assistant``): all-sliding-window
+    layers attending bidirectionally within the window, context fusion ``encoder.fc`` +
+    ``encoder.output_norm_enc``; the block is embedded without the target's embedding norm."""
+
+    default_is_causal = False
+    window_inclusive = True  # transformers' bidirectional sliding mask: visible iff distance <= window

@@ -40,8 +40,14 @@ class TargetModel(nn.Module, abc.ABC):
         with torch.device("cpu"):  # never under a surrounding meta-device context
             self.inv_freq = rope_inv_freq(*self.rope_spec).to(device)
 
+    max_rows_per_forward: int | None = None  # ring-buffer KV caches bound one forward's rows
+
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)
+
+    def draft_embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """How a block drafter embeds its block with this target's table (default: as the target)."""
+        return self.embed(input_ids)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
@@ -72,3 +78,15 @@ class TargetModel(nn.Module, abc.ABC):
         if last_only:
             hidden = hidden[:, -1:]
         return TargetOutput(self.compute_logits(self.model.norm(hidden)), aux)
+
+    def prefill(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: ModelCache,
+                capture: tuple[int, ...] = (), last_only: bool = True) -> TargetOutput:
+        """``forward`` over a whole prompt, in chunks of ``max_rows_per_forward`` rows if set."""
+        chunk = self.max_rows_per_forward or input_ids.shape[1]
+        outs = [self(input_ids[:, i:i + chunk], positions[:, i:i + chunk], cache, capture=capture,
+                     last_only=last_only) for i in range(0, input_ids.shape[1], chunk)]
+        if len(outs) == 1:
+            return outs[0]
+        logits = outs[-1].logits if last_only else torch.cat([o.logits for o in outs], 1)
+        aux = torch.cat([o.aux for o in outs], 1) if capture else None
+        return TargetOutput(logits, aux)
