@@ -22,6 +22,7 @@ import torch
 from specpilot.engines.decode.accept import greedy_accept
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
+from specpilot.engines.decode.budget import choose_verify_lengths
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
@@ -52,6 +53,7 @@ class GenerationResult:
     accept_lengths: list[int]  # tokens kept per decode step, bonus included (tau = their mean)
     finish_reason: str  # "stop" | "length"
     decode_s: float = 0.0
+    verify_widths: list[int] = dataclasses.field(default_factory=list)  # rows verified per step
 
     @property
     def tau(self) -> float:
@@ -70,7 +72,12 @@ class Engine:
             self.drafter.check_target(target)
         self.block_size = (recipe.block_size or drafter.block_size) if self.drafter else 1
         self.device = target.lm_head.weight.device
-        self.use_graphs = recipe.cuda_graphs and self.device.type == "cuda"
+        # a ragged (budgeted) verify width has no fixed shape to capture
+        self.use_graphs = (recipe.cuda_graphs and self.device.type == "cuda"
+                           and recipe.verify_budget == "static")
+        if recipe.verify_budget == "sps" and getattr(self.drafter, "confidence_head", None) is None:
+            raise ValueError(f"recipe {recipe.name!r}: verify_budget 'sps' needs a drafter with a "
+                             "confidence head (DSpark)")
         self.fused = recipe.fused_elementwise and self.device.type == "cuda"
         self._persistent = None  # (cache, draft_cache, graphs) once captured
 
@@ -83,9 +90,12 @@ class Engine:
         return self.target(ids, positions, cache, commit_all=True).logits[:, 0]
 
     def _draft_fn(self, draft_cache, block_ids, positions, temperature=0.0, generator=None):
-        hidden = self.drafter(self.target.draft_embed(block_ids), positions, draft_cache)
-        return self.drafter.propose(hidden[:, 1:], block_ids[:, 0], self.target.lm_head,
-                                    temperature, generator)
+        """Drafts [B, block-1] (and q) for verify windows ``block_ids``/``positions`` [B, block]."""
+        rows = self.drafter.query_rows(block_ids.shape[1])
+        hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
+                              draft_cache)
+        return self.drafter.propose(hidden, block_ids[:, 0], self.target.lm_head, temperature,
+                                    generator)
 
     def _verify_fn(self, cache, draft_cache, verify_ids, positions):
         out = self.target(verify_ids, positions, cache, commit_all=False, capture=self.capture)
@@ -180,7 +190,7 @@ class Engine:
             self.drafter.commit_context(out.aux, positions, draft_cache)
         first = [int(self._pick(out.logits[:, -1], params, generator)[0])]
         kept = forcer.filter(0, first, out.logits[0, -1:]) if forcer is not None else first
-        tokens, accept_lengths = list(kept), []
+        tokens, accept_lengths, verify_widths = list(kept), [], []
         committed = num_prompt
         start = time.perf_counter()
         while len(tokens) < params.max_new_tokens and tokens[-1] not in stops:
@@ -192,6 +202,7 @@ class Engine:
                                                    draft_cache, params, generator, replay, graphs)
             proposed = self._clip(proposed, stops, params.max_new_tokens - len(tokens))
             kept = forcer.filter(len(tokens), proposed, logits) if forcer is not None else proposed
+            verify_widths.append(1 if self.drafter is None else self._last_width)
             committed += len(kept)
             self._commit(cache, draft_cache, len(kept), committed, graphs)
             accept_lengths.append(len(kept))
@@ -199,7 +210,8 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         finish = "stop" if tokens[-1] in stops else "length"
-        return GenerationResult(tokens, accept_lengths, finish, time.perf_counter() - start)
+        return GenerationResult(tokens, accept_lengths, finish, time.perf_counter() - start,
+                                verify_widths)
 
     @staticmethod
     def _clip(proposed: list[int], stops: set[int], budget: int) -> list[int]:
@@ -256,6 +268,11 @@ class Engine:
             drafts = torch.tensor([replay.override(num_generated, block - 1)], device=self.device)
             draft_probs = None
         verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
+        if self.recipe.verify_budget == "sps":
+            _, lengths = choose_verify_lengths(self.drafter.last_confidence, self.recipe.sps_table)
+            verify_ids, positions = verify_ids[:, :lengths[0]], positions[:, :lengths[0]]
+            draft_probs = draft_probs[:, :lengths[0] - 1] if draft_probs is not None else None
+        self._last_width = verify_ids.shape[1]
         if graphs is not None:
             logits, num_accepted, bonus = graphs["verify"](verify_ids=verify_ids,
                                                            positions=positions)
@@ -268,6 +285,6 @@ class Engine:
         a, bonus = tail[0], tail[1]
         if replay is not None:  # benchmark-only simulated acceptance (see ReplayPlan)
             replay.agreed.append(a)
-            a = replay.drawn[-1]
+            a = min(replay.drawn[-1], verify_ids.shape[1] - 1)
             bonus = int(logits[0, a].argmax())
         return tail[2:2 + a] + [bonus], logits[0, :a + 1]

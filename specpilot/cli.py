@@ -18,6 +18,8 @@ from specpilot.errors import SpecPilotError
 COMMANDS = {
     "generate": ("specpilot.commands.generate", "Generate text with one engine and print tau."),
     "validate": ("specpilot.commands.validate", "Token-force an engine against the AR reference."),
+    "serve": ("specpilot.commands.serve",
+              "Serve an engine over HTTP (OpenAI- and SGLang-compatible)."),
     "tune-kernel": ("specpilot.commands.tune_kernel",
                     "Tune one Triton kernel for a weight shape with Optuna and cache the best config."),
 }

@@ -17,6 +17,7 @@ _CHOICES = {
     "gdn_rollback": ("snapshot", "replay"),
     "draft_sampling": ("greedy", "sample"),
     "gemm": ("torch", "triton"),
+    "verify_budget": ("static", "sps"),
 }
 
 
@@ -39,12 +40,19 @@ class Recipe:
     """Norms, gates and activations as torch.compile'd fused kernels (GPU only)."""
     gemm: Literal["torch", "triton"] = "torch"
     """Linear layers (target and drafter): cuBLAS, or the tuned skinny Triton GEMM for <= 64 rows."""
+    verify_budget: Literal["static", "sps"] = "static"
+    """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget (eager)."""
+    sps_table: tuple[tuple[int, float], ...] = ()
+    """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():
             if getattr(self, field) not in choices:
                 raise SpecPilotError(f"recipe {self.name!r}: {field} must be one of {choices}, "
                                      f"got {getattr(self, field)!r}")
+        if self.verify_budget == "sps" and not self.sps_table:
+            raise SpecPilotError(f"recipe {self.name!r}: verify_budget 'sps' needs an sps_table")
+        object.__setattr__(self, "sps_table", tuple(tuple(p) for p in self.sps_table))
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")

@@ -62,6 +62,14 @@ def _drafter_config(architecture: str, block_size: int, extra: dict) -> dict:
     }
 
 
+def _dspark_config(base: dict, head: str) -> dict:
+    """A tiny DSpark drafter: ``base``'s backbone + Markov head + confidence head, gamma = 7."""
+    return {**base, "architectures": ["DSparkDraftModel"], "vocab_size": VOCAB_SIZE,
+            "dspark_config": {"block_size": 7, "markov_rank": 32, "markov_head_type": head,
+                              "enable_confidence_head": True, "confidence_head_with_markov": True,
+                              "mask_token_id": MASK_ID, "target_layer_ids": [1, 3, 5]}}
+
+
 DRAFTERS = {
     # DFlash v1: block 16, bidirectional full-attention layers.
     "tiny-dflash": _drafter_config("DFlashDraftModel", 16, {}),
@@ -71,6 +79,12 @@ DRAFTERS = {
         "is_causal": False, "sliding_window": 64,
         "layer_types": ["sliding_attention", "sliding_attention"]},
 }
+DRAFTERS["tiny-dspark"] = _dspark_config(DRAFTERS["tiny-dflash"], "vanilla")
+# Muse DSpark: the assistant's backbone (all sliding, bidirectional) + a gated Markov head
+DRAFTERS["tiny-muse-dspark"] = {
+    **_dspark_config(DRAFTERS["tiny-dflash"], "gated"), "is_causal": False, "sliding_window": 16,
+    "layer_types": ["sliding_attention", "sliding_attention"], "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0}
 
 
 def home() -> Path:

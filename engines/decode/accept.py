@@ -28,6 +28,7 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
+        keep[..., 0] = True  # the most likely token always stays (a top_p that rounds to 0 in fp32)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs * keep)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs

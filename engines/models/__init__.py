@@ -23,6 +23,8 @@ ARCHITECTURES = {
     "MuseGlimmerAssistantModel": "specpilot.engines.models.dflash:MuseGlimmerAssistantModel",
     "DFlashDraftModel": "specpilot.engines.models.dflash:DFlashDraftModel",
     "DFlash2DraftModel": "specpilot.engines.models.dflash:DFlash2DraftModel",
+    "DSparkDraftModel": "specpilot.engines.models.dspark:DSparkDraftModel",
+    "Qwen3DSparkModel": "specpilot.engines.models.dspark:DSparkDraftModel",
 }
 
 

@@ -32,8 +32,9 @@ from specpilot.errors import CheckpointError
 
 
 def _draft_value(config: dict, name: str, default=None):
-    """SGLang's lookup order: ``dflash_config.<name>`` first, then the top-level key."""
-    nested = config.get("dflash_config") or {}
+    """SGLang's lookup order: ``dflash_config.<name>`` (merged under a DSpark ``dspark_config``)
+    first, then the top-level key."""
+    nested = {**(config.get("dflash_config") or {}), **(config.get("dspark_config") or {})}
     value = nested.get(name, config.get(name))
     return default if value is None else value
 
@@ -327,11 +328,16 @@ class DFlashDraftModel(nn.Module):
         cap = self.args.final_logit_softcapping
         return torch.tanh(logits / cap) * cap if cap else logits
 
+    def query_rows(self, block_size: int) -> int:
+        """Rows of the draft forward for a verify window of ``block_size``: [anchor, MASK x (B-1)]."""
+        return block_size
+
     @torch.inference_mode()
     def propose(self, hidden: torch.Tensor, anchor: torch.Tensor, lm_head: nn.Module,
                 temperature: float = 0.0, generator=None):
-        """Draft tokens [B, T] for hidden rows [B, T, H] and the proposal q [B, T, V] (None = greedy)."""
-        logits = self.compute_logits(hidden, lm_head)
+        """Drafts [B, Q-1] from the draft forward's rows [B, Q, H] (row 0, the anchor, is not decoded)
+        and the proposal q [B, Q-1, V] (None = greedy point masses)."""
+        logits = self.compute_logits(hidden[:, 1:], lm_head)
         if temperature <= 0:
             return logits.argmax(dim=-1), None
         q = torch.softmax(logits / temperature, dim=-1)
@@ -367,6 +373,7 @@ class DFlash2DraftModel(DFlashDraftModel):
 
     @torch.inference_mode()
     def propose(self, hidden, anchor, lm_head, temperature: float = 0.0, generator=None):
+        hidden = hidden[:, 1:]
         logits = self.compute_logits(hidden, lm_head)
         return self.candidate_selector.walk(hidden, logits, anchor, temperature, generator)
 

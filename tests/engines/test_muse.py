@@ -113,7 +113,7 @@ def test_assistant_proposals_equal_transformers(muse, assistant, tiny_prompts):
         drafter.commit_context(res.aux, torch.arange(ids.shape[1])[None], draft_cache)
         block_pos = ids.shape[1] + torch.arange(block)[None]
         ours_hidden = drafter(target.draft_embed(noise_ids), block_pos, draft_cache)
-        ours_tokens, _ = drafter.propose(ours_hidden[:, 1:], noise_ids[:, 0], target.lm_head)
+        ours_tokens, _ = drafter.propose(ours_hidden, noise_ids[:, 0], target.lm_head)
         assert torch.equal(ours_tokens, hf_tokens)
 
 
