@@ -17,6 +17,7 @@ from torch import nn
 
 from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
+from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import MergedLinear
 from specpilot.engines.models.layers import SwiGLU
@@ -72,7 +73,22 @@ def weightless_rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.pow(xf.pow(2).mean(-1, keepdim=True) + eps, -0.5)).type_as(x)
 
 
-class ScaledRMSNorm(nn.Module):
+def scaled_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    normed = xf * torch.pow(xf.pow(2).mean(-1, keepdim=True) + eps, -0.5)
+    return (normed * weight.float()).type_as(x)
+
+
+def qk_norm(q: torch.Tensor, k: torch.Tensor, eps: float, q_scale: float):
+    """Weightless RMSNorm of q and k; q also multiplied by ``qk_scale_factor``."""
+    return weightless_rms_norm(q, eps) * q_scale, weightless_rms_norm(k, eps)
+
+
+def sigmoid_gate(out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    return out * torch.sigmoid(gate)
+
+
+class ScaledRMSNorm(Fusable):
     """HF MuseGlimmerRMSNorm(with_scale=True): fp32 norm times fp32 weight, then cast back."""
 
     def __init__(self, dim: int, eps: float):
@@ -81,12 +97,10 @@ class ScaledRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        normed = xf * torch.pow(xf.pow(2).mean(-1, keepdim=True) + self.eps, -0.5)
-        return (normed * self.weight.float()).type_as(x)
+        return self.op(scaled_rms_norm)(x, self.weight, self.eps)
 
 
-class MuseGlimmerAttention(nn.Module):
+class MuseGlimmerAttention(Fusable):
     def __init__(self, args: MuseGlimmerTextArgs, layer_idx: int):
         super().__init__()
         self.head_dim, self.num_kv_heads = args.head_dim, args.num_key_value_heads
@@ -103,14 +117,14 @@ class MuseGlimmerAttention(nn.Module):
     def forward(self, x, cos, sin, positions, kv: KVCache):
         batch, num_tokens, _ = x.shape
         q, k, v, gate = self.qkv_proj.forward_split(x)
-        q = weightless_rms_norm(q.view(batch, num_tokens, -1, self.head_dim), self.eps) * self.qk_scale
-        k = weightless_rms_norm(k.view(batch, num_tokens, -1, self.head_dim), self.eps)
+        q, k = self.op(qk_norm)(q.view(batch, num_tokens, -1, self.head_dim),
+                                k.view(batch, num_tokens, -1, self.head_dim), self.eps, self.qk_scale)
         v = v.view(batch, num_tokens, -1, self.head_dim)
         if self.use_rope:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         kv.write(k, v, positions)
         out = masked_attention(q, kv.k, kv.v, kv.visible(positions), self.head_dim ** -0.5)
-        out = out.reshape(batch, num_tokens, -1) * torch.sigmoid(gate)
+        out = self.op(sigmoid_gate)(out.reshape(batch, num_tokens, -1), gate)
         return self.o_proj(out)
 
 
