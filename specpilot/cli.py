@@ -22,6 +22,14 @@ COMMANDS = {
               "Serve an engine over HTTP (OpenAI- and SGLang-compatible)."),
     "tune-kernel": ("specpilot.commands.tune_kernel",
                     "Tune one Triton kernel for a weight shape with Optuna and cache the best config."),
+    "bench": ("specpilot.commands.bench",
+              "Benchmark one engine (or a running server with --url) on the setting's prompts."),
+    "compare": ("specpilot.commands.compare",
+                "Interleaved A/B speed comparison: median speedup with its bootstrap CI."),
+    "score": ("specpilot.commands.score",
+              "Score answer quality on gsm8k, math500, humaneval or mbpp (a sanity check)."),
+    "report": ("specpilot.commands.report",
+               "Render the README results tables from experiments/results."),
 }
 
 
@@ -53,8 +61,9 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
             base = next(a for a in typing.get_args(base) if a is not type(None))
         has_default = field.default is not dataclasses.MISSING
         default = field.default if has_default else None
-        if positional:
-            parser.add_argument(field.name, type=base, choices=choices, help=help_text)
+        if positional:  # a positional with a default may be left out
+            parser.add_argument(field.name, type=base, choices=choices, help=help_text,
+                                **({"nargs": "?", "default": default} if has_default else {}))
         elif base is bool:
             parser.add_argument(_flag(field.name), action=argparse.BooleanOptionalAction,
                                 default=default, help=help_text)

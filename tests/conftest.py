@@ -6,6 +6,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("SPECPILOT_HOME", tempfile.mkdtemp(prefix="specpilot-test-"))
+# Result records written by tests go to a temporary store, never into experiments/results.
+os.environ.setdefault("SPECPILOT_RESULTS_DIR", tempfile.mkdtemp(prefix="specpilot-results-"))
 # No GPU in CI: Triton kernels run in its interpreter (set before anything imports triton).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -17,6 +17,8 @@ class Args:
     max_new_tokens: Annotated[int | None, "tokens per prompt (default: the setting's)"] = None
     json: Annotated[str | None, "write the report as JSON to this path"] = None
     seed: Annotated[int, "seed for the canary positions"] = 0
+    results_dir: Annotated[str | None, "results store (default: $SPECPILOT_RESULTS_DIR or "
+                           "experiments/results)"] = None
 
     def __post_init__(self):
         if self.dataset and self.prompts_file:
@@ -28,10 +30,13 @@ class Args:
 
 
 def run(args: Args) -> int:
+    from specpilot.bench import publish
+    from specpilot.bench import validation_record
     from specpilot.build import load_models
     from specpilot.datasets import load_prompts
     from specpilot.datasets import prompts_file
     from specpilot.engine_names import build_engine
+    from specpilot.engine_names import recipe_for
     from specpilot.engines.engine import SamplingParams
     from specpilot.recipe import AR
     from specpilot.settings import load_setting
@@ -51,6 +56,8 @@ def run(args: Args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_dict(), f, indent=2)
+    recipe = None if args.engine.startswith("broken:") else recipe_for(setting, args.engine)
+    publish(validation_record(report, setting, args.engine, recipe), args.results_dir)
     verdict = "PASS" if report.passed else "FAIL"
     print(f"{verdict} {args.setting} --engine {args.engine}: {report.num_prompts} prompts, "
           f"{report.num_tokens} tokens, {report.num_mismatches} mismatches "

@@ -1,0 +1,110 @@
+"""Batched benchmark: throughput and per-request latency at each concurrency (``--scenario cN``).
+
+Closed loop, as a serving benchmark with a fixed number of clients: ``concurrency`` client threads
+each submit a prompt to the engine's scheduler (``specpilot.engines.scheduler``, continuous
+batching with ``max_batch = concurrency``), wait for it to finish, and take the next prompt. Per
+request: time to first token (prefill, from submission), end-to-end latency, inter-token gaps (a
+step that keeps several tokens spreads its gap over them), tokens and accept lengths. Per level:
+output tokens per second of wall time and the distributions of those latencies.
+"""
+
+import threading
+import time
+
+from specpilot.bench.stats import percentile
+from specpilot.errors import SpecPilotError
+
+
+def distribution(values: list[float]) -> dict | None:
+    """{median, p20, p80} of ``values``; None when there are none."""
+    if not values:
+        return None
+    return {"median": percentile(values, 50), "p20": percentile(values, 20),
+            "p80": percentile(values, 80)}
+
+
+def summarize_level(concurrency: int, wall_s: float, per_prompt: list[dict]) -> dict:
+    """One concurrency level: throughput, latency distributions, tau, and the requests."""
+    num_tokens = sum(p["tokens"] for p in per_prompt)
+    steps = [n for p in per_prompt for n in p["accept_lengths"]]
+    taus = [p["tau"] for p in per_prompt if p["tau"] is not None]
+    tau = sum(steps) / len(steps) if steps else (sum(taus) / len(taus) if taus else None)
+    return {"concurrency": concurrency, "wall_s": wall_s, "num_tokens": num_tokens,
+            "output_tok_s": num_tokens / wall_s,
+            "request_latency_s": distribution([p["e2e_s"] for p in per_prompt]),
+            "ttft_ms": distribution([p["ttft_ms"] for p in per_prompt]),
+            "ms_per_token": distribution([p["ms_per_token"] for p in per_prompt
+                                          if p["ms_per_token"] is not None]),
+            "itl_ms": distribution([g for p in per_prompt for g in p["itl_ms"]]),
+            "tau": tau, "per_prompt": per_prompt}
+
+
+def _request(scheduler, request_id: str, prompt_ids: list[int], params,
+             prompt_index: int) -> dict:
+    """Submit one request and wait for it; its measurements (the keys of a local bench prompt)."""
+    done, arrivals, final = threading.Event(), [], []
+
+    def on_event(event) -> None:
+        if event.new_tokens:
+            arrivals.append((time.perf_counter(), len(event.new_tokens)))
+        if event.finished:
+            final.append(event)
+            done.set()
+
+    start = time.perf_counter()
+    scheduler.submit(request_id, prompt_ids, params, on_event)
+    done.wait()
+    end = time.perf_counter()
+    event = final[0]
+    if event.error is not None or not arrivals:
+        raise SpecPilotError(f"request {request_id} failed: {event.error or 'no tokens'}")
+    gaps_ms = []
+    for (t0, _), (t1, n) in zip(arrivals, arrivals[1:]):
+        gaps_ms.extend([(t1 - t0) * 1e3 / n] * n)
+    num_tokens = sum(n for _, n in arrivals)
+    first_s, decode_s = arrivals[0][0] - start, arrivals[-1][0] - arrivals[0][0]
+    accept_lengths = list(event.accept_lengths)
+    return {"prompt_index": prompt_index, "tokens": num_tokens, "decode_s": decode_s,
+            "e2e_s": end - start, "prefill_ms": first_s * 1e3, "ttft_ms": first_s * 1e3,
+            "ms_per_token": decode_s * 1e3 / (num_tokens - 1) if num_tokens > 1 else None,
+            "itl_ms": gaps_ms,
+            "tau": sum(accept_lengths) / len(accept_lengths) if accept_lengths else None,
+            "accept_lengths": accept_lengths, "finish_reason": event.finish_reason}
+
+
+def bench_level(engine, workload, concurrency: int, warmup: bool = True, progress=None) -> dict:
+    """All prompts of ``workload`` with ``concurrency`` clients; ``summarize_level``'s dict."""
+    from specpilot.engines.scheduler import Scheduler
+
+    scheduler = Scheduler(engine, max_batch=concurrency)
+    try:
+        if warmup:
+            _request(scheduler, "warmup", list(workload.prompts[0]), workload.params, 0)
+        queue, lock, results, errors = list(range(len(workload.prompts))), threading.Lock(), {}, []
+
+        def client() -> None:
+            while not errors:
+                with lock:
+                    if not queue:
+                        return
+                    i = queue.pop(0)
+                try:
+                    results[i] = _request(scheduler, f"bench-{i}", list(workload.prompts[i]),
+                                          workload.params, i)
+                except SpecPilotError as err:
+                    errors.append(err)
+                if progress is not None:
+                    progress()
+
+        start = time.perf_counter()
+        clients = [threading.Thread(target=client) for _ in range(concurrency)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+        wall_s = time.perf_counter() - start
+    finally:
+        scheduler.shutdown()
+    if errors:
+        raise errors[0]
+    return summarize_level(concurrency, wall_s, [results[i] for i in sorted(results)])
