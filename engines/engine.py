@@ -14,6 +14,7 @@ The step is four fixed-shape functions (decode | draft, verify, commit); on CUDA
 Greedy requests use the graphs; sampled requests run the same functions eagerly.
 """
 
+import contextlib
 import dataclasses
 import time
 
@@ -26,6 +27,7 @@ from specpilot.engines.decode.budget import choose_verify_lengths
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
+from specpilot.engines.timing import PhaseTimer
 from specpilot.recipe import Recipe
 
 
@@ -80,6 +82,8 @@ class Engine:
                              "confidence head (DSpark)")
         self.fused = recipe.fused_elementwise and self.device.type == "cuda"
         self._persistent = None  # (cache, draft_cache, graphs) once captured
+        self._last_width = self.block_size  # rows the last step verified
+        self._timer = None
 
     @property
     def capture(self) -> tuple[int, ...]:
@@ -159,8 +163,14 @@ class Engine:
     # -- one request ---------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompt_ids: list[int], params: SamplingParams, forcer=None,
-                 replay: ReplayPlan | None = None) -> GenerationResult:
-        """Generate up to ``params.max_new_tokens`` tokens after ``prompt_ids``."""
+                 replay: ReplayPlan | None = None, timer: PhaseTimer | None = None
+                 ) -> GenerationResult:
+        """Generate up to ``params.max_new_tokens`` tokens after ``prompt_ids``.
+
+        ``timer``: a :class:`PhaseTimer` that marks every decode step's draft / verify / accept /
+        commit sections (synchronising once per step, so only for benchmarks).
+        """
+        self._timer = timer
         num_prompt = len(prompt_ids)
         capacity = num_prompt + params.max_new_tokens + self.block_size + 1
         if capacity > self.max_len:
@@ -194,24 +204,32 @@ class Engine:
         committed = num_prompt
         start = time.perf_counter()
         while len(tokens) < params.max_new_tokens and tokens[-1] not in stops:
-            if self.drafter is None:
-                proposed, logits = self._ar_step(tokens[-1], committed, cache, params, generator,
-                                                 graphs)
-            else:
-                proposed, logits = self._spec_step(tokens[-1], committed, len(tokens), cache,
-                                                   draft_cache, params, generator, replay, graphs)
-            proposed = self._clip(proposed, stops, params.max_new_tokens - len(tokens))
-            kept = forcer.filter(len(tokens), proposed, logits) if forcer is not None else proposed
-            verify_widths.append(1 if self.drafter is None else self._last_width)
-            committed += len(kept)
-            self._commit(cache, draft_cache, len(kept), committed, graphs)
-            accept_lengths.append(len(kept))
-            tokens.extend(kept)
+            with timer.step() if timer is not None else contextlib.nullcontext():
+                if self.drafter is None:
+                    proposed, logits = self._ar_step(tokens[-1], committed, cache, params,
+                                                     generator, graphs)
+                else:
+                    proposed, logits = self._spec_step(tokens[-1], committed, len(tokens), cache,
+                                                       draft_cache, params, generator, replay,
+                                                       graphs)
+                proposed = self._clip(proposed, stops, params.max_new_tokens - len(tokens))
+                if forcer is not None:
+                    proposed = forcer.filter(len(tokens), proposed, logits)
+                verify_widths.append(1 if self.drafter is None else self._last_width)
+                committed += len(proposed)
+                with self._phase("commit"):
+                    self._commit(cache, draft_cache, len(proposed), committed, graphs)
+                accept_lengths.append(len(proposed))
+                tokens.extend(proposed)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         finish = "stop" if tokens[-1] in stops else "length"
         return GenerationResult(tokens, accept_lengths, finish, time.perf_counter() - start,
                                 verify_widths)
+
+    def _phase(self, name: str):
+        timer = getattr(self, "_timer", None)
+        return timer.phase(name) if timer is not None else contextlib.nullcontext()
 
     @staticmethod
     def _clip(proposed: list[int], stops: set[int], budget: int) -> list[int]:
@@ -238,11 +256,14 @@ class Engine:
     def _ar_step(self, pending, committed, cache, params, generator, graphs=None):
         """One target forward of [pending]; returns ([next token], its logits [1, V])."""
         ids, positions = self._scalar(pending)[None], self._scalar(committed)[None]
-        if graphs is not None:
-            logits = graphs["decode"](ids=ids, positions=positions)
-        else:
-            logits = self._decode_fn(cache, ids, positions)
-        return [int(self._pick(logits, params, generator)[0])], logits
+        with self._phase("verify"):  # an AR step is one target forward
+            if graphs is not None:
+                logits = graphs["decode"](ids=ids, positions=positions)
+            else:
+                logits = self._decode_fn(cache, ids, positions)
+        with self._phase("accept"):
+            token = int(self._pick(logits, params, generator)[0])
+        return [token], logits
 
     def _accept(self, drafts, logits, draft_probs, params, generator):
         """(num_accepted [B], next token [B]) under the request's sampling rule."""
@@ -259,11 +280,12 @@ class Engine:
         block_ids = torch.full((1, block), self.drafter.mask_token_id, device=self.device)
         block_ids[0, 0] = pending
         temperature = params.temperature if self.recipe.draft_sampling == "sample" else 0.0
-        if graphs is not None:
-            drafts, draft_probs = graphs["draft"](block_ids=block_ids, positions=positions), None
-        else:
-            drafts, draft_probs = self._draft_fn(draft_cache, block_ids, positions, temperature,
-                                                 generator)
+        with self._phase("draft"):
+            if graphs is not None:
+                drafts, draft_probs = graphs["draft"](block_ids=block_ids, positions=positions), None
+            else:
+                drafts, draft_probs = self._draft_fn(draft_cache, block_ids, positions, temperature,
+                                                     generator)
         if replay is not None:
             drafts = torch.tensor([replay.override(num_generated, block - 1)], device=self.device)
             draft_probs = None
@@ -273,15 +295,18 @@ class Engine:
             verify_ids, positions = verify_ids[:, :lengths[0]], positions[:, :lengths[0]]
             draft_probs = draft_probs[:, :lengths[0] - 1] if draft_probs is not None else None
         self._last_width = verify_ids.shape[1]
-        if graphs is not None:
-            logits, num_accepted, bonus = graphs["verify"](verify_ids=verify_ids,
-                                                           positions=positions)
-        else:
-            logits, num_accepted, bonus = self._verify_fn(cache, draft_cache, verify_ids, positions)
-            if params.temperature > 0:
+        with self._phase("verify"):
+            if graphs is not None:
+                logits, num_accepted, bonus = graphs["verify"](verify_ids=verify_ids,
+                                                               positions=positions)
+            else:
+                logits, num_accepted, bonus = self._verify_fn(cache, draft_cache, verify_ids,
+                                                              positions)
+        with self._phase("accept"):
+            if graphs is None and params.temperature > 0:
                 num_accepted, bonus = self._accept(verify_ids[:, 1:], logits, draft_probs, params,
                                                    generator)
-        tail = torch.cat([num_accepted, bonus, verify_ids[0, 1:]]).tolist()  # one device sync
+            tail = torch.cat([num_accepted, bonus, verify_ids[0, 1:]]).tolist()  # one device sync
         a, bonus = tail[0], tail[1]
         if replay is not None:  # benchmark-only simulated acceptance (see ReplayPlan)
             replay.agreed.append(a)

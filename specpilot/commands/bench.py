@@ -153,8 +153,10 @@ def _print(record: dict) -> None:
         print(f"  concurrency {level['concurrency']}: {level['output_tok_s']:.1f} tok/s, "
               f"request latency median {lat['median']:.3f} s, TTFT median "
               f"{level['ttft_ms']['median']:.1f} ms")
-    if not s["phases"].get("measured"):
-        print(f"  phases: not measured ({s['phases']['reason']})")
+    phases = s.get("phases") or {}
+    if phases.get("measured"):
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in phases["ms_per_step"].items())
+        print(f"  ms per step by phase ({phases['clock']}): {parts}")
     print(f"  stored: {record['store_path']}")
     for plot in record["plots"]:
         print(f"  plot: {plot}")

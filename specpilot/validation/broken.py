@@ -28,6 +28,7 @@ class SkipVerify(Engine):
         block_ids = torch.full((1, self.block_size), self.drafter.mask_token_id, device=self.device)
         block_ids[0, 0] = pending
         drafts, _ = self._draft_fn(draft_cache, block_ids, positions)
+        self._last_width = 0  # nothing verified
         return drafts[0].tolist(), None
 
     def _commit(self, cache, draft_cache, num_rows, committed, graphs=None):
