@@ -29,10 +29,15 @@ class Models:
 
 
 def _hf_snapshot(spec: str) -> Path:
+    """The local HF-cache snapshot of ``repo@revision`` (a commit or a ref such as main)."""
     repo, _, revision = spec.partition("@")
+    revision = revision or "main"
     hub = Path(os.environ.get("HF_HUB_CACHE", Path(os.environ.get(
         "HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"))
-    snapshot = hub / f"models--{repo.replace('/', '--')}" / "snapshots" / (revision or "main")
+    root = hub / f"models--{repo.replace('/', '--')}"
+    ref = root / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snapshot = root / "snapshots" / commit
     if not (snapshot / "config.json").is_file():
         rev = f" --revision {revision}" if revision else ""
         raise SpecPilotError(f"weights not present at {snapshot}; download with "

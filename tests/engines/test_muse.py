@@ -137,3 +137,16 @@ def test_assistant_kv_is_windowed(assistant):
     _, drafter = assistant
     assert drafter.window() == 17  # transformers: distance <= sliding_window (16) is visible
     assert drafter.new_cache(1, 4096).layers[0].capacity == 17 + 2 * drafter.block_size
+
+
+def test_assistant_on_the_hybrid_target(assistant, tiny_models, tiny_prompts):
+    """The assistant architecture drafting for the tiny Qwen3.5 hybrid (both tiny targets): GDN state
+    rollback at every block position of a 16-wide block."""
+    _, drafter = assistant
+    target = tiny_models.target
+    params = SamplingParams(max_new_tokens=34, ignore_eos=True)
+    ref = Engine(target, None, AR, max_len=512).generate(tiny_prompts[2], params).tokens
+    stock = Engine(target, drafter, STOCK.replace(gdn_rollback="replay"), max_len=512)
+    for k in range(stock.block_size):
+        plan = ReplayPlan(ref, AcceptanceProfile.fixed(k, 16), tiny.VOCAB_SIZE)
+        assert stock.generate(tiny_prompts[2], params, replay=plan).tokens == ref, f"k={k}"

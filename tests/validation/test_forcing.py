@@ -52,3 +52,11 @@ def test_near_tie_within_epsilon_passes(tiny_models, tiny_prompts):
     report = validate_engine(tiny_models.engine(AR), broken, tiny_prompts[:1],
                              SamplingParams(max_new_tokens=16), epsilon=1e9, max_mismatch_rate=1.0)
     assert report.passed and report.num_mismatches > 0
+
+
+@pytest.mark.parametrize("setting", ["cpu_c1_tiny-muse", "cpu_c1_tiny-muse-dspark"])
+def test_cli_validate_passes_on_muse_settings(setting, tmp_path):
+    out = tmp_path / "r.json"
+    assert cli.main(["validate", setting, "--engine", "stock", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["passed"] and report["num_prompts"] == 16 and report["num_tokens"] > 0
