@@ -27,7 +27,7 @@ from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
 from specpilot.engines.models.layers import rope_cos_sin
-from specpilot.engines.models.layers import rope_inv_freq
+from specpilot.engines.models.layers import RotaryBuffers
 from specpilot.errors import CheckpointError
 
 
@@ -231,7 +231,7 @@ class CandidateSelector(nn.Module):
         return torch.stack(tokens, 1), (torch.stack(q_rows, 1) if q_rows else None)
 
 
-class DFlashDraftModel(nn.Module):
+class DFlashDraftModel(nn.Module, RotaryBuffers):
     """DFlash v1: Qwen3-style layers over the block, context by KV injection."""
 
     with_conv = False
@@ -252,14 +252,6 @@ class DFlashDraftModel(nn.Module):
         self.hidden_norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rope_spec = (args.rope_theta, args.head_dim)
         self._init_buffers()
-
-    def _init_buffers(self) -> None:
-        device = self.fc.weight.device
-        if device.type == "meta":
-            self.inv_freq = None
-            return
-        with torch.device("cpu"):  # never under a surrounding meta-device context
-            self.inv_freq = rope_inv_freq(*self.rope_spec).to(device)
 
     def check_target(self, target) -> None:
         """Refuse a target this drafter cannot read (layer ids out of range, hidden/vocab mismatch)."""

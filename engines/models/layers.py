@@ -159,6 +159,22 @@ class SwiGLU(Fusable):
         return self.down_proj(self.op(silu_mul)(gate, up))
 
 
+class RotaryBuffers:
+    """Mixin for models with rotary embeddings: ``rope_spec = (theta, rotary dims)`` and the fp32
+    ``inv_freq`` it implies, kept on the weights' device and out of ``.to(dtype)``."""
+
+    rope_spec: tuple[float, int]
+
+    def _init_buffers(self) -> None:
+        """(Re)compute ``inv_freq`` on the weights' device (after meta init, ``to_empty``, ``.to()``)."""
+        device = next(self.parameters()).device
+        if device.type == "meta":
+            self.inv_freq = None
+            return
+        with torch.device("cpu"):  # never under a surrounding meta-device context
+            self.inv_freq = rope_inv_freq(*self.rope_spec).to(device)
+
+
 def rope_inv_freq(theta: float, rotary_dim: int) -> torch.Tensor:
     """Inverse frequencies of the default rotary embedding over ``rotary_dim`` dims: [rotary_dim // 2]."""
     return 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))

@@ -8,7 +8,7 @@ from torch import nn
 
 from specpilot.engines.cache import ModelCache
 from specpilot.engines.models.layers import rope_cos_sin
-from specpilot.engines.models.layers import rope_inv_freq
+from specpilot.engines.models.layers import RotaryBuffers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +19,7 @@ class TargetOutput:
     aux: torch.Tensor | None
 
 
-class TargetModel(nn.Module, abc.ABC):
+class TargetModel(nn.Module, RotaryBuffers, abc.ABC):
     """Decoder-only target: ``model.embed_tokens``, ``model.layers``, ``model.norm``, ``lm_head``.
 
     Subclasses build the modules, set ``self.inv_freq`` and implement ``new_cache``; every layer's
@@ -29,16 +29,6 @@ class TargetModel(nn.Module, abc.ABC):
     hidden_size: int
     vocab_size: int
     num_layers: int
-    rope_spec: tuple[float, int]  # (theta, rotary dims)
-
-    def _init_buffers(self) -> None:
-        """(Re)compute the fp32 rotary frequencies on the weights' device (after meta init / .to())."""
-        device = self.lm_head.weight.device
-        if device.type == "meta":
-            self.inv_freq = None
-            return
-        with torch.device("cpu"):  # never under a surrounding meta-device context
-            self.inv_freq = rope_inv_freq(*self.rope_spec).to(device)
 
     max_rows_per_forward: int | None = None  # ring-buffer KV caches bound one forward's rows
 
