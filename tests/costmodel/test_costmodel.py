@@ -1,0 +1,56 @@
+"""The cost model's floors follow from the model shapes, and the gap table ranks phases by excess."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specpilot.costmodel import GPUS
+from specpilot.costmodel import engine_costs
+from specpilot.costmodel import gap_table
+from specpilot.costmodel import speedup_bound
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTING = ROOT / "settings" / "h200_c1_qwen38-27b_dflash2"
+
+
+@pytest.fixture(scope="module")
+def costs():
+    target = json.loads((SETTING / "target_config.json").read_text())
+    drafter = json.loads((SETTING / "drafter_config.json").read_text())
+    return engine_costs(target, drafter, GPUS["h200"], block_size=8, context=256)
+
+
+def test_ar_floor_is_the_weight_read(costs):
+    # Qwen3.8-27B text decoder: 26.896 B parameters; the step reads all but the embedding table
+    # (one row per token): (26.896e9 - 248320 * 5120) * 2 B, plus KV and recurrent state
+    weights = (26.896e9 - 248320 * 5120) * 2
+    assert costs["ar"].bytes == pytest.approx(weights, rel=0.03)
+    assert costs["ar"].floor_ms == pytest.approx(costs["ar"].bytes / 4.58e12 * 1e3)
+
+
+def test_phase_floors_are_ordered(costs):
+    assert costs["verify"].floor_ms > costs["ar"].floor_ms  # 8 rows: same weights + more state
+    assert costs["verify"].floor_ms < 1.1 * costs["ar"].floor_ms  # still memory-bound at M = 8
+    # drafter (1.92 B parameters) + the target lm_head again for the proposals
+    assert 1.5e9 * 2 < costs["draft"].bytes < 2.2e9 * 2 + 248320 * 5120 * 2
+    assert costs["commit"].bytes == pytest.approx(48 * 48 * 128 * 128 * 4 * 2)
+
+
+def test_speedup_bound(costs):
+    step = costs["draft"].floor_ms + costs["verify"].floor_ms + costs["commit"].floor_ms
+    assert speedup_bound(costs, 3.5) == pytest.approx(3.5 * costs["ar"].floor_ms / step)
+    assert 2.0 < speedup_bound(costs, 3.5) < 3.5
+
+
+def test_gap_table_ranks_by_excess(costs):
+    measured = {"ar": 15.4, "verify": 19.2, "draft": 2.6, "commit": 1.0}
+    rows = gap_table(costs, measured)
+    excess = [r["excess_ms"] for r in rows]
+    assert excess == sorted(excess, reverse=True) and rows[0]["phase"] == "verify"
+    assert all(r["gap"] == pytest.approx(r["measured_ms"] / r["floor_ms"]) for r in rows)
+
+
+def test_ceilings_say_where_they_come_from():
+    assert GPUS["h200"].source.startswith("measured")
+    assert all(g.source.startswith("datasheet") for k, g in GPUS.items() if k != "h200")
