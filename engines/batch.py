@@ -13,6 +13,7 @@ import torch
 
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
+from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.engine import Engine
 from specpilot.engines.engine import SamplingParams
 from specpilot.engines.models.layers import set_fused_elementwise
@@ -32,6 +33,7 @@ class Running:
     committed: int = 0
     generator: torch.Generator | None = None
     finish_reason: str | None = None
+    replay: ReplayPlan | None = None  # benchmark-only simulated acceptance (see ReplayPlan)
 
 
 class BatchEngine:
@@ -147,8 +149,15 @@ class BatchEngine:
         block_ids = torch.full((len(self.running), block), e.drafter.mask_token_id, device=e.device)
         block_ids[:, 0] = pending
         drafts, _ = e._draft_fn(draft, block_ids, positions)
+        replayed = [(i, r) for i, r in enumerate(self.running) if r.replay is not None]
+        for i, r in replayed:
+            drafts[i] = torch.tensor(r.replay.override(len(r.tokens), block - 1), device=e.device)
         verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
+        for i, r in replayed:  # the profile sets acceptance; the target's agreement is recorded
+            r.replay.agreed.append(int(num_accepted[i]))
+            num_accepted[i] = min(r.replay.drawn[-1], block - 1)
+            bonus[i] = logits[i, int(num_accepted[i])].argmax()
         sampled = [i for i, r in enumerate(self.running) if r.params.temperature > 0]
         for i in sampled:  # per-row rejection sampling with the row's own rule and generator
             r = self.running[i]

@@ -72,14 +72,16 @@ class Scheduler:
                              f"{self.engine.max_len - self.engine.block_size - 1} tokens")
 
     def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-               on_event) -> None:
+               on_event, replay=None) -> None:
+        """Queue a request; ``replay`` (benchmarks only) is a ReplayPlan for simulated acceptance."""
         self.check(prompt_ids, params)
         stops = set(params.stop_token_ids)
         if not params.ignore_eos and self.engine.target.eos_token_id is not None:
             stops.add(self.engine.target.eos_token_id)
         with self._lock:
             self._callbacks[request_id] = on_event
-            self._waiting.append(Running(request_id, list(prompt_ids), params, stops))
+            self._waiting.append(Running(request_id, list(prompt_ids), params, stops,
+                                         replay=replay))
             self.stats.requests_total += 1
         self._wake.set()
 

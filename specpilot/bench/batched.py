@@ -40,7 +40,7 @@ def summarize_level(concurrency: int, wall_s: float, per_prompt: list[dict]) -> 
 
 
 def _request(scheduler, request_id: str, prompt_ids: list[int], params,
-             prompt_index: int) -> dict:
+             prompt_index: int, replay=None) -> dict:
     """Submit one request and wait for it; its measurements (the keys of a local bench prompt)."""
     done, arrivals, final = threading.Event(), [], []
 
@@ -52,7 +52,7 @@ def _request(scheduler, request_id: str, prompt_ids: list[int], params,
             done.set()
 
     start = time.perf_counter()
-    scheduler.submit(request_id, prompt_ids, params, on_event)
+    scheduler.submit(request_id, prompt_ids, params, on_event, replay=replay)
     done.wait()
     end = time.perf_counter()
     event = final[0]
@@ -72,14 +72,22 @@ def _request(scheduler, request_id: str, prompt_ids: list[int], params,
             "accept_lengths": accept_lengths, "finish_reason": event.finish_reason}
 
 
-def bench_level(engine, workload, concurrency: int, warmup: bool = True, progress=None) -> dict:
-    """All prompts of ``workload`` with ``concurrency`` clients; ``summarize_level``'s dict."""
+def bench_level(engine, workload, concurrency: int, warmup: bool = True, progress=None,
+                replay=None) -> dict:
+    """All prompts of ``workload`` with ``concurrency`` clients; ``summarize_level``'s dict.
+
+    ``replay``: a ``Replay`` for replayed acceptance (random-weight settings), else measured.
+    """
+
+    def plan(i):
+        return replay.plan(engine, i, seed=i) if replay is not None else None
+
     from specpilot.engines.scheduler import Scheduler
 
     scheduler = Scheduler(engine, max_batch=concurrency)
     try:
         if warmup:
-            _request(scheduler, "warmup", list(workload.prompts[0]), workload.params, 0)
+            _request(scheduler, "warmup", list(workload.prompts[0]), workload.params, 0, plan(0))
         queue, lock, results, errors = list(range(len(workload.prompts))), threading.Lock(), {}, []
 
         def client() -> None:
@@ -90,7 +98,7 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
                     i = queue.pop(0)
                 try:
                     results[i] = _request(scheduler, f"bench-{i}", list(workload.prompts[i]),
-                                          workload.params, i)
+                                          workload.params, i, plan(i))
                 except SpecPilotError as err:
                     errors.append(err)
                 if progress is not None:

@@ -68,31 +68,27 @@ def _local(args: Args, setting) -> dict:
     from specpilot.bench.runner import summarize
     from specpilot.build import load_models
     from specpilot.engine_names import recipe_for
-    from specpilot.errors import NotBuiltError
-
     recipe = recipe_for(setting, args.engine)
     replayed = bool(setting.scenario.acceptance_profile) and recipe.speculative
-    if replayed and args.scenario == "cN":
-        raise NotBuiltError("replayed acceptance in batched decoding needs a replay hook in "
-                            "BatchEngine, which is not built; use --scenario c1")
     models = load_models(setting, with_drafter=recipe.speculative)
     engine = models.engine(recipe)
     workload = workload_for(setting, models.tokenizer, args.dataset, args.num_prompts,
                             args.max_new_tokens, args.ignore_eos)
     head = header("bench", setting, args.engine, recipe)
-    if args.scenario == "cN":
-        levels = []
-        for level in _levels(args, setting):
-            with progress_bar(f"{args.engine} concurrency {level}", len(workload.prompts)) as adv:
-                levels.append(bench_level(engine, workload, level, args.warmup, adv))
-        return {**head, "scenario": "cN", "acceptance": "measured",
-                "prompts": workload.to_dict(), "per_prompt": levels[0]["per_prompt"],
-                "summary": summarize(levels[0]["per_prompt"]),
-                "levels": _without_requests(levels)}
     replay = None
     if replayed:
         with progress_bar("AR reference for replay", len(workload.prompts)) as advance:
             replay = replay_for(models, workload, progress=advance)
+    acceptance = replay.label if replay is not None else "measured"
+    if args.scenario == "cN":
+        levels = []
+        for level in _levels(args, setting):
+            with progress_bar(f"{args.engine} concurrency {level}", len(workload.prompts)) as adv:
+                levels.append(bench_level(engine, workload, level, args.warmup, adv, replay))
+        return {**head, "scenario": "cN", "acceptance": acceptance,
+                "prompts": workload.to_dict(), "per_prompt": levels[0]["per_prompt"],
+                "summary": summarize(levels[0]["per_prompt"]),
+                "levels": _without_requests(levels)}
     with progress_bar(f"bench {args.engine}", len(workload.prompts)) as advance:
         body = bench_engine(engine, workload, replay, warmup=args.warmup, progress=advance)
     return {**head, **body}

@@ -97,6 +97,13 @@ def test_bench_replays_the_setting_profile(replay_setting, specpilot_cli, tmp_pa
     assert max(int(k) for k in record["summary"]["tau_histogram"]) > 1
 
 
-def test_replayed_batched_bench_is_not_built(replay_setting, specpilot_cli, capsys):
-    assert specpilot_cli("bench", replay_setting, "--scenario", "cN") == 2
-    assert "replay hook in BatchEngine" in capsys.readouterr().err
+def test_replayed_batched_bench(replay_setting, specpilot_cli, tmp_path):
+    """Batched decoding replays the profile per request too (one verify forward for all rows)."""
+    out = tmp_path / "replay-cN.json"
+    assert specpilot_cli("bench", replay_setting, "--engine", "stock", "--scenario", "cN",
+                         "--max-concurrency", "2", "--num-prompts", "2", "--max-new-tokens", "24",
+                         "--json", out, "--results-dir", tmp_path / "results") == 0
+    record = json.loads(out.read_text())
+    assert record["acceptance"] == "replayed(tau:3)"
+    assert [level["concurrency"] for level in record["levels"]] == [1, 2]
+    assert record["summary"]["tau"] > 1.5
