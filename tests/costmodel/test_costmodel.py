@@ -54,3 +54,22 @@ def test_gap_table_ranks_by_excess(costs):
 def test_ceilings_say_where_they_come_from():
     assert GPUS["h200"].source.startswith("measured")
     assert all(g.source.startswith("datasheet") for k, g in GPUS.items() if k != "h200")
+
+
+def test_cli_prints_floors_bound_and_gap_table(tmp_path, capsys):
+    from specpilot import cli
+
+    record = tmp_path / "bench.json"
+    record.write_text(json.dumps({"summary": {"phases": {
+        "measured": True, "ms_per_step": {"draft": 2.6, "verify": 19.2, "commit": 1.0}}}}))
+    assert cli.main(["costmodel", "h200_c1_qwen38-27b_dflash2", "--measured", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "speedup bound at tau 3.5" in out
+    gap_lines = [line.split()[0] for line in out.split("gap table")[1].splitlines()[1:]]
+    assert gap_lines == ["verify", "draft", "commit"]
+
+
+def test_cli_refuses_a_gpu_without_ceilings():
+    from specpilot import cli
+
+    assert cli.main(["costmodel", "cpu_c1_tiny"]) == 2

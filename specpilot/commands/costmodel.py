@@ -1,0 +1,79 @@
+"""``specpilot costmodel SETTING``: per-phase floors, the speedup bound, and (with a measured record)
+the gap table that says which phase is farthest from its hardware ceiling."""
+
+import dataclasses
+import json
+from typing import Annotated
+
+from specpilot.cli import Positional
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    setting: Annotated[str, Positional, "deployment setting, e.g. h200_c1_qwen38-27b_dflash2"]
+    gpu: Annotated[str | None, "GPU ceilings to use (default: the setting's gpu)"] = None
+    tau: Annotated[float | None, "acceptance length for the bound (default: the setting's "
+                                 "replay profile)"] = None
+    context: Annotated[int, "context length (tokens) the KV/state reads assume"] = 512
+    rollback: Annotated[str, "Gated-DeltaNet rollback: snapshot or replay"] = "snapshot"
+    measured: Annotated[str | None, "a bench record (JSON) whose phases fill the gap table"] = None
+
+    def __post_init__(self):
+        if self.context < 1:
+            raise ValueError("--context must be >= 1")
+        if self.rollback not in ("snapshot", "replay"):
+            raise ValueError("--rollback must be snapshot or replay")
+
+
+def _config(setting, source, role):
+    from specpilot.build import resolve
+    from specpilot.engines.models.loader import read_config
+
+    resolved = resolve(source, setting, role)
+    return resolved if isinstance(resolved, dict) else read_config(resolved)
+
+
+def run(args: Args) -> int:
+    from specpilot.costmodel import GPUS
+    from specpilot.costmodel import engine_costs
+    from specpilot.costmodel import gap_table
+    from specpilot.costmodel import speedup_bound
+    from specpilot.errors import SpecPilotError
+    from specpilot.settings import load_setting
+
+    setting = load_setting(args.setting)
+    gpu_key = args.gpu or setting.gpu
+    if gpu_key not in GPUS:
+        raise SpecPilotError(f"no ceilings for gpu {gpu_key!r}; known: {sorted(GPUS)} (use --gpu)")
+    gpu = GPUS[gpu_key]
+    target = _config(setting, setting.target, "target")
+    drafter = _config(setting, setting.drafter, "drafter") if setting.drafter else None
+    block = 1
+    if drafter is not None:
+        from specpilot.costmodel.phases import _meta_model
+
+        block = _meta_model(drafter).block_size
+    costs = engine_costs(target, drafter, gpu, block, args.context, args.rollback)
+    print(f"{setting.name} on {gpu.name} ({gpu.source}); context {args.context}, block {block}")
+    for cost in costs.values():
+        print(f"  {cost.name:7s} {cost.bytes / 1e9:8.3f} GB  {cost.flops / 1e12:8.3f} TFLOP  "
+              f"floor {cost.floor_ms:8.3f} ms")
+    tau = args.tau
+    profile = setting.scenario.acceptance_profile
+    if tau is None and profile and profile.startswith("tau:"):
+        tau = float(profile.split(":", 1)[1])
+    if drafter is not None and tau is not None:
+        print(f"  speedup bound at tau {tau:g}: {speedup_bound(costs, tau):.2f}x over AR")
+    if args.measured:
+        record = json.loads(open(args.measured).read())
+        phases = (record.get("summary") or {}).get("phases") or {}
+        if not phases.get("measured"):
+            raise SpecPilotError(f"{args.measured} has no measured phases")
+        measured = dict(phases["ms_per_step"])
+        if drafter is None:
+            measured = {"ar": measured.get("verify", 0.0)}
+        print("  gap table (largest excess over the floor first):")
+        for row in gap_table(costs, measured):
+            print(f"    {row['phase']:7s} measured {row['measured_ms']:8.3f} ms  floor "
+                  f"{row['floor_ms']:8.3f} ms  x{row['gap']:.2f}  (+{row['excess_ms']:.3f} ms)")
+    return 0
