@@ -40,6 +40,11 @@ class BatchEngine:
     """Steps all running requests together; ``max_batch`` rows of ``max_len`` tokens each."""
 
     def __init__(self, engine: Engine, max_batch: int):
+        recipe = engine.recipe
+        if recipe.verify_budget != "static" or recipe.draft_sampling != "greedy":
+            raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
+                             "with greedy drafts only (budgeted verify and sampled drafts are "
+                             "single-request for now)")
         self.engine, self.max_batch = engine, max_batch
         self.cache = engine.target.new_cache(max_batch, engine.max_len, engine.recipe.gdn_rollback)
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)

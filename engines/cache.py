@@ -7,8 +7,8 @@ either strategy (DESIGN.md §3.2, a recipe option):
 
 - ``snapshot``: the verify forward keeps the recurrent state after every token; commit picks one.
 - ``replay``: the verify forward keeps its inputs (q, k, v, g, beta); the state is untouched; commit
-  re-runs the recurrence with the rejected rows' decay and beta set to 0 and 1, which leaves the state
-  exactly unchanged by them (``S * exp(0) + k * 0``), so the shape stays fixed.
+  re-runs the recurrence with the rejected rows' log-decay g = 0 (decay 1) and beta = 0, which leaves
+  the state exactly unchanged by them (``S * exp(0) + k * 0``), so the shape stays fixed.
 """
 
 import dataclasses

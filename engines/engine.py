@@ -73,6 +73,9 @@ class Engine:
         if self.drafter is not None:
             self.drafter.check_target(target)
         self.block_size = (recipe.block_size or drafter.block_size) if self.drafter else 1
+        if self.drafter is not None and self.block_size > self.drafter.block_size:
+            raise ValueError(f"recipe {recipe.name!r}: block_size {self.block_size} exceeds the "
+                             f"drafter's verify window of {self.drafter.block_size}")
         self.device = target.lm_head.weight.device
         # a ragged (budgeted) verify width has no fixed shape to capture
         self.use_graphs = (recipe.cuda_graphs and self.device.type == "cuda"
@@ -172,6 +175,8 @@ class Engine:
         """
         self._timer = timer
         num_prompt = len(prompt_ids)
+        if num_prompt == 0:
+            raise ValueError("the prompt is empty")
         capacity = num_prompt + params.max_new_tokens + self.block_size + 1
         if capacity > self.max_len:
             raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({params.max_new_tokens}) "
@@ -185,8 +190,8 @@ class Engine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed if params.seed is not None else 0)
         stops = set(params.stop_token_ids)
-        if not params.ignore_eos and self.target.eos_token_id is not None:
-            stops.add(self.target.eos_token_id)
+        if not params.ignore_eos:
+            stops.update(self.target.eos_token_ids)
         graphs = None
         if self.use_graphs and params.temperature <= 0:
             cache, draft_cache, graphs = self._graphs()
@@ -228,7 +233,7 @@ class Engine:
                                 verify_widths)
 
     def _phase(self, name: str):
-        timer = getattr(self, "_timer", None)
+        timer = self._timer
         return timer.phase(name) if timer is not None else contextlib.nullcontext()
 
     @staticmethod

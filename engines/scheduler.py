@@ -76,8 +76,8 @@ class Scheduler:
         """Queue a request; ``replay`` (benchmarks only) is a ReplayPlan for simulated acceptance."""
         self.check(prompt_ids, params)
         stops = set(params.stop_token_ids)
-        if not params.ignore_eos and self.engine.target.eos_token_id is not None:
-            stops.add(self.engine.target.eos_token_id)
+        if not params.ignore_eos:
+            stops.update(self.engine.target.eos_token_ids)
         with self._lock:
             self._callbacks[request_id] = on_event
             self._waiting.append(Running(request_id, list(prompt_ids), params, stops,

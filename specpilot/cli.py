@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     try:
         return int(module.run(args) or 0)
-    except SpecPilotError as err:
+    except (SpecPilotError, ValueError) as err:  # bad input: a message, not a traceback
         print(f"specpilot {ns.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -17,13 +17,19 @@ DATASETS = {
 
 def read_jsonl(path: str | Path) -> list[dict]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise SpecPilotError(f"{path}:{line_no}: not valid JSON: {err}") from err
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise SpecPilotError(f"{path}:{line_no}: not valid JSON: {err}") from err
+                    if not isinstance(row, dict):
+                        raise SpecPilotError(f"{path}:{line_no}: expected a JSON object")
+                    rows.append(row)
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecPilotError(f"cannot read {path}: {err}") from err
     return rows
 
 

@@ -26,11 +26,26 @@ class ModelSource:
     seed: int = 0
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecPilotError(message)
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
     device: str = "cpu"
     dtype: str = "float32"
     max_len: int = 2048
+
+    def __post_init__(self):
+        _check(self.device == "cpu" or self.device.startswith("cuda"),
+               f"[engine] device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        _check(self.dtype in DTYPES, f"[engine] dtype must be one of {DTYPES}, got {self.dtype!r}")
+        _check(isinstance(self.max_len, int) and self.max_len >= 16,
+               f"[engine] max_len must be an integer >= 16, got {self.max_len!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +66,16 @@ class Validation:
     epsilon: float = 1e-4
     max_mismatch_rate: float = 0.001
     num_canaries: int = 1
+
+    def __post_init__(self):
+        # DESIGN.md §4: mismatches must be near-ties and at most 0.1% of tokens; a setting may be
+        # stricter, never looser
+        _check(0 <= self.max_mismatch_rate <= 0.001,
+               f"[validation] max_mismatch_rate must be in [0, 0.001], got {self.max_mismatch_rate}")
+        _check(0 <= self.epsilon <= 0.25,
+               f"[validation] epsilon (a logit gap) must be in [0, 0.25], got {self.epsilon}")
+        _check(self.num_prompts >= 1 and self.max_new_tokens >= 1 and self.num_canaries >= 0,
+               "[validation] num_prompts and max_new_tokens must be >= 1, num_canaries >= 0")
 
 
 @dataclasses.dataclass(frozen=True)

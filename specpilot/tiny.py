@@ -109,6 +109,16 @@ def build_tokenizer(path: Path = TOKENIZER_FILE) -> None:
     tokenizer.save(str(path))
 
 
+def _version_tag(*configs) -> str:
+    """Short hash of the configs and the transformers version: a changed recipe never reuses a
+    stale generated checkpoint."""
+    import transformers
+
+    from specpilot.fingerprint import stable_hash
+
+    return stable_hash([list(configs), transformers.__version__, TOKENIZER_FILE.stat().st_size])[:8]
+
+
 def _write_atomically(target_dir: Path, writer) -> Path:
     if (target_dir / "config.json").is_file():
         return target_dir
@@ -136,7 +146,8 @@ def tiny_target(seed: int = 0) -> Path:
         model.save_pretrained(out)
         (out / "tokenizer.json").write_bytes(TOKENIZER_FILE.read_bytes())
 
-    return _write_atomically(home() / "models" / f"tiny-qwen3_5-s{seed}", write)
+    return _write_atomically(home() / "models" / f"tiny-qwen3_5-s{seed}-{_version_tag(TARGET)}",
+                             write)
 
 
 def tiny_muse_target(seed: int = 0) -> Path:
@@ -152,7 +163,8 @@ def tiny_muse_target(seed: int = 0) -> Path:
         HFModel(config).save_pretrained(out)
         (out / "tokenizer.json").write_bytes(TOKENIZER_FILE.read_bytes())
 
-    return _write_atomically(home() / "models" / f"tiny-muse-s{seed}", write)
+    tag = _version_tag(MUSE_TARGET, MUSE_VISION)
+    return _write_atomically(home() / "models" / f"tiny-muse-s{seed}-{tag}", write)
 
 
 def tiny_muse_assistant(seed: int = 0) -> Path:
@@ -165,7 +177,8 @@ def tiny_muse_assistant(seed: int = 0) -> Path:
         torch.manual_seed(seed + 1)
         HFModel(MuseGlimmerAssistantConfig(**MUSE_ASSISTANT)).save_pretrained(out)
 
-    return _write_atomically(home() / "models" / f"tiny-muse-assistant-s{seed}", write)
+    tag = _version_tag(MUSE_ASSISTANT)
+    return _write_atomically(home() / "models" / f"tiny-muse-assistant-s{seed}-{tag}", write)
 
 
 GENERATED = {
@@ -189,7 +202,7 @@ def tiny_drafter(name: str, seed: int = 0) -> Path:
         (out / "config.json").write_text(json.dumps(config, indent=2))
         save_file(checkpoint_state_dict(model), str(out / "model.safetensors"))
 
-    return _write_atomically(home() / "models" / f"{name}-s{seed}", write)
+    return _write_atomically(home() / "models" / f"{name}-s{seed}-{_version_tag(config)}", write)
 
 
 if __name__ == "__main__":

@@ -27,3 +27,15 @@ def tiny_prompts(tiny_models):
     from specpilot.datasets import load_prompts
 
     return [tiny_models.tokenizer.encode(p).ids[:48] for p in load_prompts("gsm8k", 16)]
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.gpu(kind, est_s)`` tests need CUDA; without it they are skipped, never run."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU (marked gpu)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

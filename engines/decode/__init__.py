@@ -1,1 +1,1 @@
-"""Decode loops: prefill, the AR step, the block-drafter speculative step, and acceptance."""
+"""Decode-step rules: acceptance (greedy, exact rejection sampling) and the DSpark verify budget."""

@@ -51,6 +51,8 @@ def build_model(config: dict, device="cpu", dtype=torch.float32, **kwargs):
     with torch.device("meta"):
         model = cls(config, **kwargs)
     model = model.to_empty(device=device).to(dtype)
+    if hasattr(model, "tie_weights"):  # materialising gives each tied name its own tensor
+        model.tie_weights()
     model._init_buffers()
     return model.eval()
 

@@ -129,10 +129,6 @@ class DSparkDraftModel(DFlashDraftModel):
     def query_rows(self, block_size: int) -> int:
         return block_size - 1 if self.spark.sample_from_anchor else block_size
 
-    @staticmethod
-    def checkpoint_name(name: str) -> str | None:
-        return DFlashDraftModel.checkpoint_name(name)
-
     @torch.inference_mode()
     def propose(self, hidden, anchor, lm_head, temperature: float = 0.0, generator=None):
         """Drafts [B, gamma] by the Markov walk; q [B, gamma, V] when sampling; confidences kept."""
@@ -163,12 +159,4 @@ class DSparkDraftModel(DFlashDraftModel):
             self.confidence_head.proj.bias.fill_(2.0)  # confident by default (survival ~0.88/pos)
 
 
-def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
-    """SGLang's ``build_target_layer_ids``: n ids spread evenly over 1 .. L-3."""
-    if num_draft_layers == 1:
-        return [num_target_layers // 2]
-    span = num_target_layers - 4
-    return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
-
-
-__all__ = ["ConfidenceHead", "DSparkDraftModel", "MarkovHead", "default_target_layer_ids"]
+__all__ = ["ConfidenceHead", "DSparkDraftModel", "MarkovHead"]

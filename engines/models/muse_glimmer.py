@@ -25,6 +25,7 @@ from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
 from specpilot.engines.models.target import TargetModel
+from specpilot.engines.models.target import eos_ids
 
 PREFILL_CHUNK = 256
 
@@ -47,7 +48,7 @@ class MuseGlimmerTextArgs:
     final_logit_softcapping: float = 20.0
     qk_scale_factor: float = 3.87
     output_multiplier: float = 0.19611613513818404
-    eos_token_id: int | None = 200001
+    eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def from_hf(cls, config: dict) -> "MuseGlimmerTextArgs":
@@ -62,8 +63,8 @@ class MuseGlimmerTextArgs:
             "full_attention" if g else "sliding_attention" for g in nope])
         kwargs["layer_rope_theta"] = tuple(text.get("layer_rope_theta") or [
             0 if g else kwargs["rope_theta"] for g in nope])
-        eos = text.get("eos_token_id", config.get("eos_token_id", cls.eos_token_id))
-        kwargs["eos_token_id"] = eos[0] if isinstance(eos, list) else eos
+        eos = text.get("eos_token_id", config.get("eos_token_id", 200001))
+        kwargs["eos_token_ids"] = eos_ids(eos)
         return cls(**kwargs)
 
 
@@ -173,7 +174,7 @@ class MuseGlimmerForConditionalGeneration(TargetModel):
         args = MuseGlimmerTextArgs.from_hf(config)
         self.args = args
         self.hidden_size, self.vocab_size = args.hidden_size, args.vocab_size
-        self.num_layers, self.eos_token_id = args.num_hidden_layers, args.eos_token_id
+        self.num_layers, self.eos_token_ids = args.num_hidden_layers, args.eos_token_ids
         self.model = _TextModel(args)
         self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
         self.rope_spec = (args.rope_theta, args.head_dim)

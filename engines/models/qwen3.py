@@ -12,6 +12,7 @@ from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import RMSNorm
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.target import TargetModel
+from specpilot.engines.models.target import eos_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Qwen3Args:
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
-    eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def from_hf(cls, config: dict) -> "Qwen3Args":
@@ -43,7 +44,7 @@ class Qwen3Args:
             kwargs["head_dim"] = kwargs.get("hidden_size", cls.hidden_size) // kwargs.get(
                 "num_attention_heads", cls.num_attention_heads)
         eos = config.get("eos_token_id")
-        kwargs["eos_token_id"] = eos[0] if isinstance(eos, list) else eos
+        kwargs["eos_token_ids"] = eos_ids(eos)
         return cls(**kwargs)
 
 
@@ -77,13 +78,17 @@ class Qwen3ForCausalLM(TargetModel):
         args = Qwen3Args.from_hf(config)
         self.args = args
         self.hidden_size, self.vocab_size = args.hidden_size, args.vocab_size
-        self.num_layers, self.eos_token_id = args.num_hidden_layers, args.eos_token_id
+        self.num_layers, self.eos_token_ids = args.num_hidden_layers, args.eos_token_ids
         self.model = _Model(args)
         self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
-        if args.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.tie_weights()
         self.rope_spec = (args.rope_theta, args.head_dim)
         self._init_buffers()
+
+    def tie_weights(self) -> None:
+        """Share the embedding table as lm_head when the config ties them (again after ``to_empty``)."""
+        if self.args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
 
     @staticmethod
     def checkpoint_name(name: str) -> str | None:

@@ -23,6 +23,7 @@ from specpilot.engines.models.layers import MergedLinear
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.target import TargetModel
+from specpilot.engines.models.target import eos_ids
 from specpilot.kernels.gated_delta_rule import gated_delta_rule
 
 
@@ -47,7 +48,7 @@ class Qwen3_5TextArgs:
     partial_rotary_factor: float = 0.25
     layer_types: tuple[str, ...] = ()
     attention_bias: bool = False
-    eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def from_hf(cls, config: dict) -> "Qwen3_5TextArgs":
@@ -63,7 +64,7 @@ class Qwen3_5TextArgs:
         kwargs["layer_types"] = tuple(text.get("layer_types") or [
             "linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)])
         eos = text.get("eos_token_id", config.get("eos_token_id"))
-        kwargs["eos_token_id"] = eos[0] if isinstance(eos, list) else eos
+        kwargs["eos_token_ids"] = eos_ids(eos)
         return cls(**kwargs)
 
 
@@ -163,7 +164,7 @@ class Qwen3_5ForCausalLM(TargetModel):
         args = Qwen3_5TextArgs.from_hf(config)
         self.args = args
         self.hidden_size, self.vocab_size = args.hidden_size, args.vocab_size
-        self.num_layers, self.eos_token_id = args.num_hidden_layers, args.eos_token_id
+        self.num_layers, self.eos_token_ids = args.num_hidden_layers, args.eos_token_ids
         self.model = _TextModel(args)
         self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
         self.rope_spec = (args.rope_theta, int(args.head_dim * args.partial_rotary_factor))

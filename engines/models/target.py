@@ -11,6 +11,13 @@ from specpilot.engines.models.layers import rope_cos_sin
 from specpilot.engines.models.layers import RotaryBuffers
 
 
+def eos_ids(value) -> tuple[int, ...]:
+    """A config's ``eos_token_id`` (an int, a list of ints, or None) as a tuple of ids."""
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
 @dataclasses.dataclass(frozen=True)
 class TargetOutput:
     """logits [B, T', V] fp32 (T' = T, or 1 with ``last_only``); aux [B, T, len(capture) * hidden]."""
@@ -29,6 +36,7 @@ class TargetModel(nn.Module, RotaryBuffers, abc.ABC):
     hidden_size: int
     vocab_size: int
     num_layers: int
+    eos_token_ids: tuple[int, ...]  # every id that ends a generation
 
     max_rows_per_forward: int | None = None  # ring-buffer KV caches bound one forward's rows
 

@@ -39,6 +39,9 @@ def summarize_level(concurrency: int, wall_s: float, per_prompt: list[dict]) -> 
             "tau": tau, "per_prompt": per_prompt}
 
 
+REQUEST_TIMEOUT_S = 3600.0
+
+
 def _request(scheduler, request_id: str, prompt_ids: list[int], params,
              prompt_index: int, replay=None) -> dict:
     """Submit one request and wait for it; its measurements (the keys of a local bench prompt)."""
@@ -52,8 +55,13 @@ def _request(scheduler, request_id: str, prompt_ids: list[int], params,
             done.set()
 
     start = time.perf_counter()
-    scheduler.submit(request_id, prompt_ids, params, on_event, replay=replay)
-    done.wait()
+    try:
+        scheduler.submit(request_id, prompt_ids, params, on_event, replay=replay)
+    except ValueError as err:  # a request that can never run (too long, empty)
+        raise SpecPilotError(f"request {request_id}: {err}") from err
+    if not done.wait(timeout=REQUEST_TIMEOUT_S):
+        scheduler.cancel(request_id)
+        raise SpecPilotError(f"request {request_id} did not finish in {REQUEST_TIMEOUT_S} s")
     end = time.perf_counter()
     event = final[0]
     if event.error is not None or not arrivals:

@@ -86,12 +86,21 @@ def _install_guard(root):
 
 
 _limit(*(int(arg) for arg in sys.argv[1:4]))
+# the end-of-tests marker comes on stdin, read before any candidate code runs, and is kept only as
+# a closure cell of the writer below: it is in no argv, environment or global the candidate can read
+def _marker_writer(marker):
+    return lambda: sys.stdout.write("\n" + marker + "\n")
+
+
+_write_marker = _marker_writer(sys.stdin.readline().strip())
+sys.stdin.close()
+del _marker_writer
 _install_guard(os.getcwd())
 del _limit, _install_guard
 with open("candidate.py", encoding="utf-8") as _f:
     _source = _f.read()
 exec(compile(_source, "candidate.py", "exec"), {"__name__": "__main__"})
-sys.stdout.write("\n" + sys.argv[4] + "\n")  # reached only if no exit() cut the tests short
+_write_marker()  # reached only if no exit() cut the tests short
 sys.stdout.flush()
 '''
 
@@ -145,10 +154,11 @@ def run_program(source: str, limits: ExecLimits = ExecLimits()) -> ExecResult:
         start = time.monotonic()
         with open(workdir / "output.txt", "wb") as out:
             sentinel = uuid.uuid4().hex
-            proc = subprocess.Popen([sys.executable, "-I", "-B", "runner.py", *limits.argv(),
-                                     sentinel],
-                                    cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+            proc = subprocess.Popen([sys.executable, "-I", "-B", "runner.py", *limits.argv()],
+                                    cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+            proc.stdin.write((sentinel + "\n").encode())
+            proc.stdin.close()
             try:
                 returncode = proc.wait(timeout=limits.timeout_s)
                 status = "passed" if returncode == 0 else "failed" if returncode > 0 else "killed"

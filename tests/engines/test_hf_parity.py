@@ -79,14 +79,17 @@ def test_conditional_generation_checkpoint_loads_text_part(tmp_path):
     assert _rel_err(out.logits, ref) <= 1e-4
 
 
-def test_plain_qwen3_matches_hf(tmp_path):
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-embeddings"])
+def test_plain_qwen3_matches_hf(tmp_path, tied):
     cfg = transformers.Qwen3Config(hidden_size=128, intermediate_size=256, num_hidden_layers=3,
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                                   vocab_size=512, max_position_embeddings=256)
+                                   vocab_size=512, max_position_embeddings=256,
+                                   tie_word_embeddings=tied)
     torch.manual_seed(2)
     hf = transformers.Qwen3ForCausalLM(cfg).eval()
     hf.save_pretrained(tmp_path)
     ours = load_model(tmp_path)
+    assert (ours.lm_head.weight is ours.model.embed_tokens.weight) == tied
     ids = torch.randint(0, 512, (1, 17))
     with torch.no_grad():
         ref = hf.generate(ids, max_new_tokens=24, do_sample=False, min_new_tokens=24,

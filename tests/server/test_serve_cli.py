@@ -30,5 +30,5 @@ def test_unknown_engine():
 
 
 def test_broken_engines_are_not_served():
-    out = _serve("cpu_c1_tiny", "broken:skip_verification")
+    out = _serve("cpu_c1_tiny", "broken:skip-verify")
     assert out.returncode == 2 and "broken engines are for `specpilot validate` only" in out.stderr
