@@ -1,6 +1,7 @@
 """Lossless at T > 0, end to end: speculative sampling draws the first tokens with exactly the AR
 distribution (chi-square against the exact joint of the first two tokens), for sampled DFlash2
-selector drafts and greedy point-mass drafts; a lossy acceptance rule is caught by the same test."""
+selector drafts, sampled DSpark Markov drafts and greedy point-mass drafts; a lossy acceptance rule
+is caught by the same test."""
 
 import pytest
 import torch
@@ -64,10 +65,18 @@ def _sample_pairs(engine, prompt) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("draft_sampling", ["sample", "greedy"])
-def test_speculative_sampling_matches_ar_distribution(tiny_models, exact_joint, draft_sampling):
+@pytest.mark.parametrize("drafter,draft_sampling", [("tiny-dflash2", "sample"),
+                                                    ("tiny-dflash2", "greedy"),
+                                                    ("tiny-dspark", "sample")])
+def test_speculative_sampling_matches_ar_distribution(tiny_models, exact_joint, drafter,
+                                                      draft_sampling):
+    """DFlash2's selector walk and DSpark's Markov walk: q is the distribution each draws from."""
+    from specpilot import tiny
+    from specpilot.engines.models import load_model
+
     prompt, joint = exact_joint
-    engine = tiny_models.engine(STOCK.replace(draft_sampling=draft_sampling))
+    engine = Engine(tiny_models.target, load_model(tiny.tiny_drafter(drafter)),
+                    STOCK.replace(draft_sampling=draft_sampling), max_len=512)
     stat, dof = _chi_square(_sample_pairs(engine, prompt), joint, NUM_SAMPLES)
     assert 3 <= dof <= 20, "the test needs several likely pairs"
     assert stat < CHI2_CRITICAL[dof], (stat, dof)
