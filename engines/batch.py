@@ -150,19 +150,15 @@ class BatchEngine:
     def _spec(self, cache, draft, pending, start) -> list[list[int]]:
         e = self.engine
         block = e.block_size
-        positions = start[:, None] + torch.arange(block, device=e.device)
-        block_ids = torch.full((len(self.running), block), e.drafter.mask_token_id, device=e.device)
-        block_ids[:, 0] = pending
+        block_ids, positions = e._block(pending, start)
         drafts, _ = e._draft_fn(draft, block_ids, positions)
         replayed = [(i, r) for i, r in enumerate(self.running) if r.replay is not None]
         for i, r in replayed:
             drafts[i] = torch.tensor(r.replay.override(len(r.tokens), block - 1), device=e.device)
         verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
-        for i, r in replayed:  # the profile sets acceptance; the target's agreement is recorded
-            r.replay.agreed.append(int(num_accepted[i]))
-            num_accepted[i] = min(r.replay.drawn[-1], block - 1)
-            bonus[i] = logits[i, int(num_accepted[i])].argmax()
+        for i, r in replayed:
+            num_accepted[i], bonus[i] = e._replayed(r.replay, int(num_accepted[i]), logits[i], block)
         sampled = [i for i, r in enumerate(self.running) if r.params.temperature > 0]
         for i in sampled:  # per-row rejection sampling with the row's own rule and generator
             r = self.running[i]

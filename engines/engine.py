@@ -281,9 +281,7 @@ class Engine:
                    replay, graphs=None):
         """Draft a block, verify it; returns (kept tokens, the target's logits for them [n, V])."""
         block = self.block_size
-        positions = committed + torch.arange(block, device=self.device)[None]
-        block_ids = torch.full((1, block), self.drafter.mask_token_id, device=self.device)
-        block_ids[0, 0] = pending
+        block_ids, positions = self._block(self._scalar(pending), self._scalar(committed))
         temperature = params.temperature if self.recipe.draft_sampling == "sample" else 0.0
         with self._phase("draft"):
             if graphs is not None:
@@ -313,8 +311,23 @@ class Engine:
                                                    generator)
             tail = torch.cat([num_accepted, bonus, verify_ids[0, 1:]]).tolist()  # one device sync
         a, bonus = tail[0], tail[1]
-        if replay is not None:  # benchmark-only simulated acceptance (see ReplayPlan)
-            replay.agreed.append(a)
-            a = min(replay.drawn[-1], verify_ids.shape[1] - 1)
-            bonus = int(logits[0, a].argmax())
+        if replay is not None:
+            a, bonus = self._replayed(replay, a, logits[0], verify_ids.shape[1])
         return tail[2:2 + a] + [bonus], logits[0, :a + 1]
+
+    def _block(self, pending: torch.Tensor, start: torch.Tensor):
+        """Verify windows ``[pending, MASK x (B-1)]`` at ``start ..`` for rows pending/start [R]."""
+        positions = start[:, None] + torch.arange(self.block_size, device=self.device)
+        block_ids = torch.full((pending.shape[0], self.block_size), self.drafter.mask_token_id,
+                               device=self.device)
+        block_ids[:, 0] = pending
+        return block_ids, positions
+
+    @staticmethod
+    def _replayed(plan: ReplayPlan, agreed: int, logits: torch.Tensor, width: int):
+        """Benchmark-only simulated acceptance (see ReplayPlan): the profile's draw sets how many
+        drafts are kept, the target's own token after them is the bonus; the target's real
+        agreement is recorded. Returns (num_accepted, bonus)."""
+        plan.agreed.append(agreed)
+        num_accepted = min(plan.drawn[-1], width - 1)
+        return num_accepted, int(logits[num_accepted].argmax())

@@ -24,9 +24,7 @@ class SkipVerify(Engine):
 
     def _spec_step(self, pending, committed, num_generated, cache, draft_cache, params, generator,
                    replay, graphs=None):
-        positions = committed + torch.arange(self.block_size, device=self.device)[None]
-        block_ids = torch.full((1, self.block_size), self.drafter.mask_token_id, device=self.device)
-        block_ids[0, 0] = pending
+        block_ids, positions = self._block(self._scalar(pending), self._scalar(committed))
         drafts, _ = self._draft_fn(draft_cache, block_ids, positions)
         self._last_width = 0  # nothing verified
         return drafts[0].tolist(), None
