@@ -1,5 +1,6 @@
 """Host-side launch helpers: split-K plan, reusable counter buffers, config resolution."""
 
+import dataclasses
 import logging
 import math
 import threading
@@ -83,3 +84,29 @@ def resolve_config(op: str, config: dict | None, m: int, n: int, k: int, device:
 def next_pow2(x: int) -> int:
     """The smallest power of two >= ``x`` (1 for x <= 1)."""
     return 1 << max(0, math.ceil(math.log2(max(x, 1))))
+
+
+@dataclasses.dataclass(frozen=True)
+class SkinnyPlan:
+    """What every skinny-GEMM launcher (bf16 and W12) derives from its config before launching."""
+
+    cfg: dict
+    k_per_split: int
+    splits: int
+    workspace: torch.Tensor
+    locks: torch.Tensor
+    grid_n: int
+    grid_t: int
+    block_t: int | None  # None for the GEMV kernel (one program covers every row)
+
+
+def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_len: int,
+                device: torch.device, space) -> SkinnyPlan:
+    """Resolve the config and size the split-K workspace, locks and grid of a skinny GEMM launch."""
+    cfg = resolve_config(op, config, m, n, k, device, space)
+    k_per_split, splits = splitk_plan(k_split_len, cfg["SPLIT_K"], cfg["BLOCK_K"])
+    grid_n = cdiv(n, cfg["BLOCK_N"])
+    block_t = None if cfg["kernel"] == "gemv" else space.block_t(m)
+    grid_t = 1 if block_t is None else cdiv(m, block_t)
+    return SkinnyPlan(cfg, k_per_split, splits, workspace(splits, m, n, device),
+                      lock_buffer(device, grid_n * grid_t), grid_n, grid_t, block_t)

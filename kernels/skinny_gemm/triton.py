@@ -17,11 +17,7 @@ import triton.language as tl
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
-from specpilot.kernels.common.launch import cdiv
-from specpilot.kernels.common.launch import lock_buffer
-from specpilot.kernels.common.launch import resolve_config
-from specpilot.kernels.common.launch import splitk_plan
-from specpilot.kernels.common.launch import workspace
+from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.skinny_gemm import space
 
 
@@ -104,23 +100,18 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
         return out
     if k == 0:
         return out.zero_()
-    cfg = resolve_config("skinny_gemm", config, m, n, k, x.device, space)
-    k_per_split, splits = splitk_plan(k, cfg["SPLIT_K"], cfg["BLOCK_K"])
-    ws = workspace(splits, m, n, x.device)
-    grid_n = cdiv(n, cfg["BLOCK_N"])
-    launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-    if cfg["kernel"] == "gemv":
-        locks = lock_buffer(x.device, grid_n)
-        skinny_gemm_fwd_kernel_gemv[(grid_n, splits)](
-            x, weight, out, ws, locks, m, n, k, weight.stride(0), k_per_split,
-            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=splits, **launch)
+    plan = plan_skinny("skinny_gemm", config, m, n, k, k, x.device, space)
+    cfg = plan.cfg
+    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    if plan.block_t is None:
+        skinny_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
+            x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
+            plan.k_per_split, **meta)
     else:
-        bt = space.block_t(m)
-        grid_t = cdiv(m, bt)
-        locks = lock_buffer(x.device, grid_n * grid_t)
-        skinny_gemm_fwd_kernel_dot[(grid_n, grid_t, splits)](
-            x, weight, out, ws, locks, m, n, k, x.stride(0), weight.stride(0), k_per_split,
-            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], BLOCK_T=bt, SPLIT_K=splits, **launch)
+        skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
+            x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
+            plan.k_per_split, BLOCK_T=plan.block_t, **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

@@ -35,11 +35,7 @@ import triton.language as tl
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
-from specpilot.kernels.common.launch import cdiv
-from specpilot.kernels.common.launch import lock_buffer
-from specpilot.kernels.common.launch import resolve_config
-from specpilot.kernels.common.launch import splitk_plan
-from specpilot.kernels.common.launch import workspace
+from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import w12_decode_bf16
 from specpilot.kernels.w12.triton import w12_decode_f32
@@ -172,25 +168,20 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         return out
     if k == 0:
         return out.zero_()
-    cfg = resolve_config("w12_gemm", config, m, n, k, x.device, space)
-    k_per_split, splits = splitk_plan(k2, cfg["SPLIT_K"], cfg["BLOCK_K"])
-    ws = workspace(splits, m, n, x.device)
-    grid_n = cdiv(n, cfg["BLOCK_N"])
+    plan = plan_skinny("w12_gemm", config, m, n, k, k2, x.device, space)
+    cfg = plan.cfg
     planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
-    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": splits,
+    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
             "ASM": cfg["DECODE"] == "prmt", "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}
-    if cfg["kernel"] == "gemv":
-        locks = lock_buffer(x.device, grid_n)
-        w12_gemm_fwd_kernel_gemv[(grid_n, splits)](
-            x, *planes, out, ws, locks, m, n, k, k2, packed.base << 7, k_per_split, **meta)
+    if plan.block_t is None:
+        w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, packed.base << 7,
+            plan.k_per_split, **meta)
     else:
-        bt = space.block_t(m)
-        grid_t = cdiv(m, bt)
-        locks = lock_buffer(x.device, grid_n * grid_t)
-        w12_gemm_fwd_kernel_dot[(grid_n, grid_t, splits)](
-            x, *planes, out, ws, locks, m, n, k, k2, x.stride(0), packed.base << 7, k_per_split,
-            BLOCK_T=bt, **meta)
+        w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0),
+            packed.base << 7, plan.k_per_split, BLOCK_T=plan.block_t, **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

@@ -73,7 +73,7 @@ def test_linear_uses_the_cached_config(kernel_cache_dir, monkeypatch):
                       kernel_cache_dir)
     assert cache.lookup_config("skinny_gemm", 3, 20, 48, torch.device("cpu")) == chosen
     seen = []
-    from specpilot.kernels.skinny_gemm import triton as impl
+    from specpilot.kernels.common import launch as impl  # where launchers plan split-K
 
     original = impl.splitk_plan
     monkeypatch.setattr(impl, "splitk_plan",
