@@ -17,15 +17,65 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclasses.dataclass
 class Models:
+    """A setting's loaded models; ``engine(recipe)`` builds engines that share these weights.
+
+    A recipe with ``w12`` groups runs on a view of the target (and drafter) whose chosen Linears
+    multiply by W12-packed weights (:func:`specpilot.engines.models.layers.w12_view`). Each weight
+    is packed once per ``Models`` and each view built once per set of packed Linears, so engines of
+    any number of W12 recipes share them. The bf16 weights stay resident: the AR reference and
+    every non-W12 engine still read them, so W12 adds its ~1.5 bytes per packed weight on top.
+    """
+
     target: object
     drafter: object | None
     tokenizer: object
     setting: Setting
+    _w12_weights: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _w12_views: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def engine(self, recipe: Recipe):
         from specpilot.engines.engine import Engine
 
-        return Engine(self.target, self.drafter, recipe, max_len=self.setting.engine.max_len)
+        target, drafter = self.target, self.drafter
+        if recipe.w12:
+            target, drafter = self._w12_models(recipe)
+        return Engine(target, drafter, recipe, max_len=self.setting.engine.max_len)
+
+    def _w12_models(self, recipe: Recipe):
+        """Target and drafter with ``recipe.w12``'s groups packed (cached views)."""
+        from specpilot.engines.models.layers import linear_names
+
+        dtype = self.setting.engine.dtype
+        if dtype != "bfloat16":
+            raise SpecPilotError(f"recipe {recipe.name!r}: w12 {list(recipe.w12)} needs a "
+                                 f"bfloat16 engine (W12 is lossless for bf16 weights only), but "
+                                 f"setting {self.setting.name} runs {dtype}")
+        target = self._w12_view("target", self.target, [
+            name for name in linear_names(self.target)
+            if ("lm_head" if name == "lm_head" else "target") in recipe.w12])
+        drafter = self.drafter
+        if "drafter" in recipe.w12 and drafter is not None:
+            drafter = self._w12_view("drafter", drafter, linear_names(drafter))
+        return target, drafter
+
+    def _w12_view(self, role: str, model, names: list[str]):
+        from specpilot.engines.models.layers import W12Weight
+        from specpilot.engines.models.layers import w12_view
+
+        if not names:
+            return model
+        key = (role, tuple(names))
+        if key not in self._w12_views:
+            for name in names:
+                if (role, name) not in self._w12_weights:
+                    weight = model.get_submodule(name).weight
+                    self._w12_weights[role, name] = W12Weight(weight)
+            self._w12_views[key] = w12_view(model, {n: self._w12_weights[role, n] for n in names})
+        return self._w12_views[key]
+
+    def w12_nbytes(self) -> int:
+        """Device bytes of every W12 weight packed so far (on top of the bf16 weights)."""
+        return sum(w.nbytes for w in self._w12_weights.values())
 
 
 def _hf_snapshot(spec: str) -> Path:
@@ -56,6 +106,17 @@ def resolve(source: ModelSource, setting: Setting, role: str) -> Path | dict:
         if rest in tiny.DRAFTERS:
             return tiny.tiny_drafter(rest, source.seed)
         raise SpecPilotError(f"setting {setting.name}: unknown generated {role} {rest!r}")
+    if kind == "bundled":
+        from specpilot import tiny
+
+        if rest not in tiny.BUNDLED:
+            raise SpecPilotError(f"setting {setting.name}: unknown bundled {role} {rest!r}; "
+                                 f"bundled: {', '.join(tiny.BUNDLED)}")
+        path = tiny.BUNDLED[rest]
+        if not (path / "config.json").is_file():
+            raise SpecPilotError(f"setting {setting.name}: bundled {role} {path} is missing; "
+                                 "rebuild it with `python experiments/proxy/train_tiny.py`")
+        return path
     if kind == "random":
         path = setting.directory / rest
         if not path.is_file():

@@ -19,6 +19,7 @@ _CHOICES = {
     "gemm": ("torch", "triton"),
     "verify_budget": ("static", "sps"),
 }
+W12_GROUPS = ("target", "drafter", "lm_head")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Recipe:
     """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget (eager)."""
     sps_table: tuple[tuple[int, float], ...] = ()
     """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps."""
+    w12: tuple[str, ...] = ()
+    """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
+    ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():
@@ -53,6 +57,15 @@ class Recipe:
         if self.verify_budget == "sps" and not self.sps_table:
             raise SpecPilotError(f"recipe {self.name!r}: verify_budget 'sps' needs an sps_table")
         object.__setattr__(self, "sps_table", tuple(tuple(p) for p in self.sps_table))
+        groups = self.w12
+        if (not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups)
+                or not set(groups) <= set(W12_GROUPS) or len(set(groups)) != len(groups)):
+            raise SpecPilotError(f"recipe {self.name!r}: w12 must be a list of distinct weight "
+                                 f"groups from {W12_GROUPS}, got {groups!r}")
+        object.__setattr__(self, "w12", tuple(g for g in W12_GROUPS if g in groups))
+        if "drafter" in self.w12 and not self.speculative:
+            raise SpecPilotError(f"recipe {self.name!r}: w12 'drafter' needs a speculative recipe "
+                                 "(autoregressive decoding runs no drafter)")
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")
@@ -76,7 +89,10 @@ class Recipe:
         return dataclasses.asdict(self)
 
     def hash(self) -> str:
-        return stable_hash({k: v for k, v in self.to_dict().items() if k != "name"})
+        data = {k: v for k, v in self.to_dict().items() if k != "name"}
+        if not data["w12"]:
+            del data["w12"]  # recipes that predate the w12 field keep their hash
+        return stable_hash(data)
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **changes)

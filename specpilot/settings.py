@@ -2,6 +2,8 @@
 
 Model sources (``[target] source`` / ``[drafter] source``):
 - ``generated:<name>``: a tiny checkpoint generated deterministically on first use (``specpilot.tiny``);
+- ``bundled:<name>``: a trained tiny checkpoint shipped in the package (``specpilot.tiny.BUNDLED``,
+  trained by experiments/proxy/train_tiny.py);
 - ``random:<file.json>``: the architecture config next to the setting, random weights made on the
   device (seed-scale speed runs; never downloaded);
 - ``hf:<repo id>@<revision>``: a Hugging Face checkpoint, read from the local HF cache only;

@@ -6,6 +6,9 @@ real loading path is exercised), the drafters as HF-format directories (config.j
 written from our own modules. The tokenizer is a byte-level BPE trained with ``tokenizers`` on the
 bundled gsm8k training questions and shipped as ``specpilot/data/tiny_tokenizer.json``
 (``python -m specpilot.tiny tokenizer`` rebuilds it).
+
+The *trained* tiny pair (``BUNDLED``: a small Qwen3.5 hybrid target and a DFlash2 drafter trained on
+the bundled gsm8k text, bf16) ships in ``specpilot/data/tiny_trained`` instead of being generated.
 """
 
 import json
@@ -19,6 +22,11 @@ from specpilot.datasets import DATA_DIR
 from specpilot.datasets import load_prompts
 
 TOKENIZER_FILE = DATA_DIR / "tiny_tokenizer.json"
+# The trained tiny pair shipped with the package (``bundled:<name>`` in a setting), written by
+# experiments/proxy/train_tiny.py; training.json next to them records how.
+TRAINED_DIR = DATA_DIR / "tiny_trained"
+BUNDLED = {"tiny-trained-qwen3_5": TRAINED_DIR / "qwen3_5",
+           "tiny-trained-dflash2": TRAINED_DIR / "dflash2"}
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>"]
 VOCAB_SIZE = 4096  # model vocabulary (the tokenizer uses 4000 of it, specials first)
 EOS_ID, MASK_ID = 0, 3

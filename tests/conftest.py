@@ -14,11 +14,19 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 @pytest.fixture(scope="session")
 def tiny_models():
-    """cpu_c1_tiny's models: tiny Qwen3.5 hybrid target, tiny DFlash2 drafter, tokenizer."""
+    """The generated random tiny pair (Qwen3.5 hybrid target, DFlash2 drafter) and the tokenizer,
+    on cpu_c1_tiny's engine settings. Every generated tiny drafter fits this target; cpu_c1_tiny
+    itself ships the trained pair (tests/test_trained_tiny.py)."""
+    import dataclasses
+
     from specpilot.build import load_models
+    from specpilot.settings import ModelSource
     from specpilot.settings import load_setting
 
-    return load_models(load_setting("cpu_c1_tiny"))
+    setting = dataclasses.replace(load_setting("cpu_c1_tiny"),
+                                  target=ModelSource("generated:tiny-qwen3_5"),
+                                  drafter=ModelSource("generated:tiny-dflash2"))
+    return load_models(setting)
 
 
 @pytest.fixture(scope="session")

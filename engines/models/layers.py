@@ -4,9 +4,13 @@ Every block mirrors the numerics of its HF counterpart (cast points included) so
 match transformers in float32 and stay faithful in bf16. The element-wise math lives in plain
 functions; ``set_fused_elementwise(model, True)`` (a recipe option, CUDA only) switches every block of
 a model to ``torch.compile``d versions of the same functions, one fused kernel each instead of 5-10.
+``w12_view(model, weights)`` (the recipe's ``w12`` groups) gives a copy of a model that shares its
+tensors but multiplies chosen Linears by lossless 12-bit weights (:class:`W12Weight`).
 """
 
+import copy
 import functools
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -99,12 +103,20 @@ class GatedRMSNorm(Fusable):
 class Linear(nn.Linear):
     """``nn.Linear`` whose GEMM kernel is chosen by the recipe (``set_gemm``): cuBLAS through
     ``F.linear`` ("torch"), or the tuned skinny Triton GEMM ("triton") for bf16 CUDA inputs of at most
-    64 rows (decode and verify); anything else always takes ``F.linear``."""
+    64 rows (decode and verify); anything else always takes ``F.linear``.
+
+    A Linear given a :class:`W12Weight` (only in a :func:`w12_view` of a model) multiplies by its
+    lossless 12-bit form instead, whatever ``kernel`` says: see :meth:`W12Weight.linear`.
+    """
 
     kernel = "torch"
     max_triton_rows = 64
+    w12: "W12Weight | None" = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.w12 is not None:
+            out = self.w12.linear(x.reshape(-1, x.shape[-1]), self.bias, self.max_triton_rows)
+            return out.view(*x.shape[:-1], out.shape[-1])
         if (self.kernel == "triton" and x.is_cuda and x.dtype == torch.bfloat16
                 and self.bias is None and x.numel() // x.shape[-1] <= self.max_triton_rows):
             from specpilot.kernels import skinny_gemm
@@ -124,6 +136,83 @@ def set_gemm(model: nn.Module, kernel: str) -> None:
     for module in model.modules():
         if isinstance(module, Linear):
             module.kernel = kernel
+
+
+def use_w12_kernel(x: torch.Tensor) -> bool:
+    """Whether the Triton W12 GEMM serves ``x``: on CUDA only. CPU inputs take the exact decode
+    path, as the bf16 :class:`Linear` falls back to ``F.linear`` there (CPU tests that want the
+    kernel patch this to True and run it under ``TRITON_INTERPRET=1``)."""
+    return x.is_cuda
+
+
+class W12Weight:
+    """The W12 form of one bf16 Linear weight ``[N, K]`` (``specpilot.kernels.w12``).
+
+    Decode and verify (at most ``max_rows`` bf16 rows, on CUDA) run the W12 skinny GEMM, which
+    decodes the weight in registers and never writes a bf16 copy. Anything else (prefill, the
+    batched engine's wide verify, CPU inputs) decodes one row block of ``BLOCK_WEIGHTS`` weights at
+    a time into a temporary bf16 tensor (32 MiB at most) and multiplies it with ``F.linear``. The
+    decoded block is bit-identical to the original rows, so that path computes the GEMM the bf16
+    engine computes, block by block; on CPU it gives the bf16 engine's bits exactly.
+    """
+
+    BLOCK_WEIGHTS = 1 << 24
+
+    def __init__(self, weight: torch.Tensor):
+        from specpilot.kernels import w12
+
+        self.packed = w12.pack(weight.detach())
+        self.blocks = self.packed.row_blocks(self.BLOCK_WEIGHTS)  # [N_i, K], N_i summing to N
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes the packed form adds (planes, escapes and the blocks' row pointers)."""
+        extra = sum(b.row_ptr.numel() * b.row_ptr.element_size() for b in self.blocks)
+        return self.packed.nbytes + (extra if len(self.blocks) > 1 else 0)
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None, max_rows: int) -> torch.Tensor:
+        """``x [M, K] @ W^T (+ bias)`` -> ``[M, N]`` in ``x.dtype``."""
+        if x.dtype == torch.bfloat16 and x.shape[0] <= max_rows and use_w12_kernel(x):
+            from specpilot.kernels import w12_gemm
+
+            if bias is None:
+                return w12_gemm.linear(x, self.packed)
+            # add the bias to the fp32 accumulator and round once, as F.linear does
+            out = w12_gemm.linear(x, self.packed, out_dtype=torch.float32)
+            return (out + bias.float()).to(x.dtype)
+        outs, n0 = [], 0
+        for block in self.blocks:
+            n1 = n0 + block.shape[0]
+            outs.append(F.linear(x, block.unpack(), None if bias is None else bias[n0:n1]))
+            n0 = n1
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+
+def linear_names(model: nn.Module) -> list[str]:
+    """Module paths of every :class:`Linear` (merged ones included) of ``model``."""
+    return [name for name, module in model.named_modules() if isinstance(module, Linear)]
+
+
+def w12_view(model: nn.Module, weights: dict[str, W12Weight]) -> nn.Module:
+    """A copy of ``model`` in which the Linears named in ``weights`` run on those W12 weights.
+
+    Every module is a new object, but every parameter, buffer and tensor attribute is the same
+    tensor as in ``model``: the view costs only its W12 weights, and ``model`` (with the engines
+    built on it) is left as it was, since per-engine switches such as ``set_gemm`` act on modules.
+    """
+    shared = {}
+    for module in model.modules():
+        for value in itertools.chain(module._parameters.values(), module._buffers.values(),
+                                     vars(module).values()):
+            if isinstance(value, torch.Tensor):
+                shared[id(value)] = value
+    view = copy.deepcopy(model, memo=shared)
+    for name, weight in weights.items():
+        module = view.get_submodule(name)
+        if not isinstance(module, Linear):
+            raise TypeError(f"{name} is a {type(module).__name__}, not a Linear")
+        module.w12 = weight
+    return view
 
 
 class MergedLinear(Linear):

@@ -108,6 +108,29 @@ class W12Tensor:
         """A copy with its own buffers (e.g. rotating weight copies in benchmarks)."""
         return dataclasses.replace(self, **{k: v.clone() for k, v in self._buffers().items()})
 
+    def row_blocks(self, max_weights: int) -> tuple["W12Tensor", ...]:
+        """Consecutive row blocks of a 2-D tensor, each of at most ``max_weights`` weights (one
+        row at least), so a caller can decode a big weight a block at a time.
+
+        The planes and escape lists are views; only each block's ``row_ptr`` is a new (re-based)
+        tensor. Reads ``row_ptr`` at the cuts once (one host sync), so call it at load time.
+        """
+        if len(self.shape) != 2:
+            raise ValueError(f"row_blocks needs a 2-D W12 tensor, got shape {tuple(self.shape)}")
+        r, k = self.shape
+        step = max(1, max_weights // max(k, 1))
+        if r <= step:
+            return (self,)
+        cuts = [*range(0, r, step), r]
+        ptr = self.row_ptr[cuts].tolist()
+        blocks = []
+        for r0, r1, e0, e1 in zip(cuts, cuts[1:], ptr, ptr[1:]):
+            blocks.append(W12Tensor(
+                torch.Size((r1 - r0, k)), self.base, self.sm[r0:r1], self.nib[r0:r1],
+                self.row_ptr[r0:r1 + 1] - e0, self.esc_col[e0:e1], self.esc_bits[e0:e1],
+                self.esc_delta[e0:e1]))
+        return tuple(blocks)
+
     def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
         """Tensors only (safetensors-friendly) for offline packing; see :meth:`from_state_dict`."""
         out = {prefix + k: v for k, v in self._buffers().items()}

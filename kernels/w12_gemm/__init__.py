@@ -6,6 +6,9 @@ Engine entry point::
     packed = w12.pack(weight)                 # [N, K] bf16 -> W12Tensor, once at load
     y = w12_gemm.linear(x, packed)            # x [M, K] bf16 -> [M, N] bf16
 
+In the engine, a recipe's ``w12`` weight groups route their Linears here (decode and verify, at
+most 64 rows on CUDA): :class:`specpilot.engines.models.layers.W12Weight`.
+
 Escape handling and its summation-order consequence: :mod:`specpilot.kernels.w12_gemm.triton`.
 """
 

@@ -72,12 +72,16 @@ def test_batched_bench_at_each_concurrency(specpilot_cli, tmp_path):
 
 @pytest.fixture
 def replay_setting(tmp_path, monkeypatch):
-    """A copy of cpu_c1_tiny whose scenario replays acceptance from a profile (tau 3)."""
+    """A copy of cpu_c1_tiny on the generated random pair (whose drafter alone accepts nothing)
+    whose scenario replays acceptance from a profile (tau 3)."""
     source = settings.SETTINGS_DIR / "cpu_c1_tiny"
     target = tmp_path / "cpu_c1_tiny_replay"
     shutil.copytree(source, target)
     text = (target / "setting.toml").read_text().replace('name = "cpu_c1_tiny"',
                                                          'name = "cpu_c1_tiny_replay"')
+    text = text.replace('"bundled:tiny-trained-qwen3_5"', '"generated:tiny-qwen3_5"').replace(
+        '"bundled:tiny-trained-dflash2"', '"generated:tiny-dflash2"')
+    assert '"generated:tiny-dflash2"' in text
     text = text.replace("temperature = 0.0\n", 'temperature = 0.0\nacceptance_profile = "tau:3"\n',
                         1)
     (target / "setting.toml").write_text(text)

@@ -140,6 +140,22 @@ def test_state_dict_round_trip_and_corruption():
         W12Tensor.from_state_dict(state, "layer.0.")
 
 
+@pytest.mark.parametrize("max_weights, num_blocks", [(67 * 10, 5), (67 * 45, 1), (1, 45)],
+                         ids=["blocks5", "whole", "row-per-block"])
+def test_row_blocks(max_weights, num_blocks):
+    w = high_escape((45, 67)).to(torch.bfloat16)  # escapes in every row
+    packed = w12.pack(w)
+    blocks = packed.row_blocks(max_weights)
+    assert len(blocks) == num_blocks
+    for block in blocks:
+        block.validate()
+    assert sum(b.num_escapes for b in blocks) == packed.num_escapes
+    assert _bits_equal(torch.cat([b.unpack() for b in blocks]), w)
+    assert _bits_equal(torch.cat([w12_unpack(b, config=SMALL) for b in blocks]), w)
+    with pytest.raises(ValueError, match="2-D"):
+        w12.pack(normal((2, 3, 4)).to(torch.bfloat16)).row_blocks(8)
+
+
 def test_rejects_non_bf16():
     with pytest.raises(TypeError, match="bfloat16"):
         w12.pack(torch.zeros(4, 4))

@@ -1,5 +1,5 @@
-"""``specpilot score`` end to end on cpu_c1_tiny for every dataset (the tiny random model's answers
-are nonsense; what is checked is that each is generated, judged and recorded)."""
+"""``specpilot score`` end to end on cpu_c1_tiny for every dataset (the tiny model's answers are
+mostly wrong; what is checked is that each is generated, judged and recorded)."""
 
 import json
 

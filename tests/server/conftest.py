@@ -135,6 +135,15 @@ def model_name() -> str:
 
 
 @pytest.fixture(scope="session")
+def served_models(model_name):
+    """The models the session server serves (cpu_c1_tiny's trained pair), loaded in this process."""
+    from specpilot.build import load_models
+    from specpilot.settings import load_setting
+
+    return load_models(load_setting(model_name))
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer():
     """The tokenizer the tiny target ships (a copy of specpilot/data/tiny_tokenizer.json)."""
     from tokenizers import Tokenizer

@@ -35,13 +35,13 @@ def test_generate_meta_info(http):
     assert meta["spec_accept_length"] == 20 / meta["spec_verify_ct"] >= 1
 
 
-def test_server_tokens_equal_the_engine_alone(http, tiny_models, tiny_prompts):
+def test_server_tokens_equal_the_engine_alone(http, served_models, tiny_prompts):
     ids = tiny_prompts[3]
     out = _generate(http, input_ids=ids, sampling_params={"max_new_tokens": 24,
                                                           "temperature": 0})
-    alone = tiny_models.engine(STOCK).generate(ids, SamplingParams(max_new_tokens=24))
+    alone = served_models.engine(STOCK).generate(ids, SamplingParams(max_new_tokens=24))
     assert out["output_ids"] == alone.tokens
-    assert out["text"] == tiny_models.tokenizer.decode(alone.tokens)
+    assert out["text"] == served_models.tokenizer.decode(alone.tokens)
 
 
 def test_generate_stream_is_cumulative(http):
