@@ -5,17 +5,29 @@ by moving the last running row into it), so every step runs on contiguous row vi
 Requests join between steps (prefill into their row) and leave between steps. Each row has its own
 positions and its own sampling rule; batching changes no request's tokens: rows never attend to,
 or mix state with, other rows.
+
+A step reads the host once. Each row's pending token, committed length, token budget and stop ids
+live on the device (:class:`~specpilot.engines.batch_rows.RowState`), so the draft and verify inputs,
+greedy acceptance, the stop/budget clip and the cache commit are tensor ops over all rows, written
+into buffers sized for ``max_batch``; the step ends with one device->host copy of every row's kept
+tokens. Only requests with their own random state are visited one by one, still without reading the
+host: a sampled request draws from its own generator, and a replay plan (benchmarks) draws its
+acceptance on the host, uploaded for all replayed rows in one copy.
 """
 
 import dataclasses
 
 import torch
 
+from specpilot.engines.batch_rows import RowState
+from specpilot.engines.batch_rows import Transfers
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.engine import Engine
 from specpilot.engines.engine import SamplingParams
+from specpilot.engines.models.layers import Fusable
+from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
 
@@ -50,22 +62,48 @@ class BatchEngine:
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)
                             if engine.drafter is not None else None)
         self.running: list[Running] = []
+        device, block = engine.device, engine.block_size
+        self.rows = RowState(max_batch, device)
+        self.transfers = Transfers(max_batch, block + 2, device)
+        self._ones = torch.ones(max_batch, dtype=torch.long, device=device)
+        if engine.drafter is not None:  # verify windows [pending, MASK x (B-1)] at committed ..
+            self._block_ids = torch.full((max_batch, block), engine.drafter.mask_token_id,
+                                         dtype=torch.long, device=device)
+            self._offsets = torch.arange(block, device=device)
+            self._positions = torch.zeros(max_batch, block, dtype=torch.long, device=device)
+            self._verify_ids = torch.zeros(max_batch, block, dtype=torch.long, device=device)
+        self._views: dict[int, tuple] = {}
+        self._num_sampled = self._num_replayed = 0
+        self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
+                         next((m for m in model.modules() if isinstance(m, Linear)), None))
+                        for model in (engine.target, engine.drafter) if model is not None]
 
     @property
     def free_rows(self) -> int:
         return self.max_batch - len(self.running)
 
     def _rows(self, n: int):
-        cache = self.cache.rows(slice(0, n))
-        draft = self.draft_cache.rows(slice(0, n)) if self.draft_cache is not None else None
-        return cache, draft
+        """Views of rows ``0 .. n-1`` of both caches (kept: building them walks every layer)."""
+        if n not in self._views:
+            draft = self.draft_cache.rows(slice(0, n)) if self.draft_cache is not None else None
+            self._views[n] = (self.cache.rows(slice(0, n)), draft)
+        return self._views[n]
 
     def _apply_recipe(self) -> None:
+        """Set this engine's kernel switches on the (shared) models if another engine changed them.
+
+        The setters switch every module of a model alike, so one module of each kind tells.
+        """
         e = self.engine
-        for model in (e.target, e.drafter):
-            if model is not None:
+        for model, fusable, linear in self._probes:
+            if ((fusable is not None and fusable.fused != e.fused)
+                    or (linear is not None and linear.kernel != e.recipe.gemm)):
                 set_fused_elementwise(model, e.fused)
                 set_gemm(model, e.recipe.gemm)
+
+    def _count(self, req: Running, sign: int) -> None:
+        self._num_sampled += sign * (req.params.temperature > 0)
+        self._num_replayed += sign * (req.replay is not None)
 
     @torch.inference_mode()
     def add(self, req: Running) -> None:
@@ -93,8 +131,11 @@ class BatchEngine:
             e.drafter.commit_context(out.aux, positions, draft)
         req.tokens = [int(e._pick(out.logits[:, -1], req.params, req.generator)[0])]
         req.committed = len(req.prompt_ids)
-        self.running.append(req)
         self._maybe_finish(req)
+        remaining = 0 if req.finish_reason else req.params.max_new_tokens - len(req.tokens)
+        self.rows.set_row(row, req.tokens[-1], req.committed, remaining, req.stops)
+        self.running.append(req)
+        self._count(req, +1)
 
     def _maybe_finish(self, req: Running) -> None:
         if req.tokens and req.tokens[-1] in req.stops:
@@ -109,8 +150,11 @@ class BatchEngine:
             self.cache.copy_row(last, row)
             if self.draft_cache is not None:
                 self.draft_cache.copy_row(last, row)
+            self.rows.copy_row(last, row)
             self.running[row] = self.running[last]
+        self.rows.vacate(last)
         self.running.pop()
+        self._count(req, -1)
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Running, list[int]]]:
@@ -118,52 +162,84 @@ class BatchEngine:
         if not self.running:
             return []
         self._apply_recipe()
-        e, n = self.engine, len(self.running)
+        n = len(self.running)
         cache, draft = self._rows(n)
-        pending = torch.tensor([r.tokens[-1] for r in self.running], device=e.device)
-        start = torch.tensor([r.committed for r in self.running], device=e.device)
-        if e.drafter is None:
-            logits = e._decode_fn(cache, pending[:, None], start[:, None])
-            proposals = [[int(e._pick(logits[i:i + 1], r.params, r.generator)[0])]
-                         for i, r in enumerate(self.running)]
+        if self.engine.drafter is None:
+            proposed, num_proposed, agreed = self._decode(cache, n)
         else:
-            proposals = self._spec(cache, draft, pending, start)
-        out = []
-        num_rows = []
-        for r, proposed in zip(self.running, proposals):
-            if r.finish_reason is not None:
-                num_rows.append(1)  # a finished row waiting for removal: any row count is fine
-                continue
-            kept = Engine._clip(proposed, r.stops, r.params.max_new_tokens - len(r.tokens))
-            r.tokens.extend(kept)
-            r.accept_lengths.append(len(kept))
-            r.committed += len(kept)
-            num_rows.append(len(kept))
-            self._maybe_finish(r)
-            out.append((r, kept))
-        if e.drafter is not None:
-            rows = torch.tensor(num_rows, device=e.device)
-            e._commit_fn(cache, draft, rows, torch.tensor([r.committed for r in self.running],
-                                                          device=e.device))
-        return out
+            proposed, num_proposed, agreed = self._spec(cache, draft, n)
+        kept = self.rows.keep(proposed, num_proposed)
+        if draft is not None:  # a finished row (kept 0) commits its pending row again: any count
+            self.engine._commit_fn(cache, draft, kept.clamp(min=1), self.rows.committed[:n])
+        table = self.transfers.fetch(torch.cat([kept[:, None], agreed[:, None], proposed], 1))
+        return self._deliver(table)
 
-    def _spec(self, cache, draft, pending, start) -> list[list[int]]:
+    def _decode(self, cache, n: int):
+        """AR: one target forward of every row's pending token; (proposed [n, 1], counts, counts)."""
         e = self.engine
-        block = e.block_size
-        block_ids, positions = e._block(pending, start)
+        logits = e._decode_fn(cache, self.rows.pending[:n, None], self.rows.committed[:n, None])
+        tokens = logits.argmax(dim=-1)
+        if self._num_sampled:
+            for i, r in enumerate(self.running):
+                if r.params.temperature > 0:  # the row's own rule and generator
+                    tokens[i:i + 1] = e._pick(logits[i:i + 1], r.params, r.generator)
+        ones = self._ones[:n]
+        return tokens[:, None], ones, ones
+
+    def _spec(self, cache, draft, n: int):
+        """Draft and verify every row; (proposed [n, B], counts [n], target agreement [n]).
+
+        Row i proposes ``[d_1 .. d_a, bonus]``: its first ``a + 1`` columns.
+        """
+        e, block, rows = self.engine, self.engine.block_size, self.rows
+        block_ids, positions = self._block_ids[:n], self._positions[:n]
+        block_ids[:, 0] = rows.pending[:n]
+        torch.add(rows.committed[:n, None], self._offsets, out=positions)
         drafts, _ = e._draft_fn(draft, block_ids, positions)
-        replayed = [(i, r) for i, r in enumerate(self.running) if r.replay is not None]
-        for i, r in replayed:
-            drafts[i] = torch.tensor(r.replay.override(len(r.tokens), block - 1), device=e.device)
-        verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
+        replayed = self._replay_drafts(drafts) if self._num_replayed else None
+        verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1, out=self._verify_ids[:n])
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
-        for i, r in replayed:
-            num_accepted[i], bonus[i] = e._replayed(r.replay, int(num_accepted[i]), logits[i], block)
-        sampled = [i for i, r in enumerate(self.running) if r.params.temperature > 0]
-        for i in sampled:  # per-row rejection sampling with the row's own rule and generator
-            r = self.running[i]
-            probs = sampling_probs(logits[i:i + 1], r.params.temperature, r.params.top_p)
-            a, b = rejection_accept(drafts[i:i + 1], probs, None, r.generator)
-            num_accepted[i], bonus[i] = a[0], b[0]
-        table = torch.cat([num_accepted[:, None], bonus[:, None], drafts], dim=1).tolist()
-        return [row[2:2 + row[0]] + [row[1]] for row in table]
+        agreed = num_accepted
+        if replayed is not None:  # Engine._replayed for all replayed rows at once
+            index, drawn = replayed
+            take = drawn.clamp(max=block - 1)
+            num_accepted = num_accepted.index_copy(0, index, take)
+            bonus = bonus.index_copy(0, index, logits[index, take].argmax(dim=-1))
+        if self._num_sampled:
+            num_accepted, bonus = num_accepted.clone(), bonus.clone()
+            for i, r in enumerate(self.running):
+                if r.params.temperature > 0:  # rejection sampling with the row's rule and generator
+                    probs = sampling_probs(logits[i:i + 1], r.params.temperature, r.params.top_p)
+                    a, b = rejection_accept(drafts[i:i + 1], probs, None, r.generator)
+                    num_accepted[i:i + 1], bonus[i:i + 1] = a, b
+        proposed = torch.cat([drafts, bonus[:, None]], dim=1)
+        proposed.scatter_(1, num_accepted[:, None], bonus[:, None])
+        return proposed, num_accepted + 1, agreed
+
+    def _replay_drafts(self, drafts: torch.Tensor):
+        """Put the replay plans' drafts into their rows (one upload); (rows, draws) [m]."""
+        table = []
+        for i, r in enumerate(self.running):
+            if r.replay is not None:
+                tokens = r.replay.override(len(r.tokens), drafts.shape[1])
+                table.append([i, r.replay.drawn[-1], *tokens])
+        table = self.transfers.upload(table)
+        drafts.index_copy_(0, table[:, 0], table[:, 2:])
+        return table[:, 0], table[:, 1]
+
+    def _deliver(self, table: list[list[int]]) -> list[tuple[Running, list[int]]]:
+        """Host bookkeeping from the step's one read: rows of [kept, agreed, proposed ..]."""
+        speculative = self.engine.drafter is not None
+        out = []
+        for r, (kept, agreed, *proposed) in zip(self.running, table):
+            if speculative and r.replay is not None:
+                r.replay.agreed.append(agreed)
+            if r.finish_reason is not None:
+                continue  # a finished row waiting for removal
+            new = proposed[:kept]
+            r.tokens.extend(new)
+            r.accept_lengths.append(kept)
+            r.committed += kept
+            self._maybe_finish(r)
+            out.append((r, new))
+        return out

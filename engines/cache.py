@@ -98,30 +98,64 @@ class GDNState:
         view.conv, view.recurrent = self.conv[index], self.recurrent[index]
         return view
 
-    def commit(self, num_rows: torch.Tensor, pending: PendingRows | None = None) -> None:
+    def commit(self, num_rows: torch.Tensor, pending: PendingRows | None = None,
+               index: "CommitIndex | None" = None) -> None:
         """Keep the first ``num_rows`` [B] rows (>= 1) of the pending forward.
 
         ``pending``: commit these rows instead of ``self.pending`` (a captured CUDA graph binds the
-        rows its verify graph produces).
+        rows its verify graph produces). ``index``: the commit's index tensors, shared by its layers.
         """
         if pending is None:
             pending, self.pending = self.pending, None
         if pending is None:
             return
-        kernel_minus_1 = self.conv.shape[-1]
+        index = index if index is not None else CommitIndex(num_rows)
         window = pending.conv_window
-        idx = num_rows[:, None, None] + torch.arange(kernel_minus_1, device=window.device)
-        self.conv.copy_(window.gather(2, idx.expand(window.shape[0], window.shape[1], -1)))
+        self.conv.copy_(window.gather(2, index.conv_window(window, self.conv.shape[-1])))
         if pending.steps is not None:
-            rows = torch.arange(num_rows.shape[0], device=num_rows.device)
-            self.recurrent.copy_(pending.steps[rows, num_rows - 1])
+            steps = pending.steps
+            self.recurrent.copy_(steps.flatten(0, 1).index_select(0, index.last_step(steps.shape[1])))
             return
         q, k, v, g, beta = pending.inputs
-        keep = torch.arange(q.shape[1], device=q.device)[None, :] < num_rows[:, None]  # [B, T]
-        g = torch.where(keep[..., None], g, torch.zeros_like(g))
-        beta = torch.where(keep[..., None], beta, torch.zeros_like(beta))
+        drop = index.dropped_rows(q.shape[1])[..., None]  # [B, T, 1]
+        g, beta = g.masked_fill(drop, 0.0), beta.masked_fill(drop, 0.0)
         _, final, _ = gated_delta_rule(q, k, v, g, beta, self.recurrent)
         self.recurrent.copy_(final)
+
+
+class CommitIndex:
+    """The index tensors of one commit, built on first use and shared by all its Gated-DeltaNet
+    layers (they see the same rows kept out of the same forward)."""
+
+    def __init__(self, num_rows: torch.Tensor):
+        self.num_rows = num_rows
+        self._built: dict = {}
+
+    def _get(self, key, build):
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
+
+    def conv_window(self, window: torch.Tensor, kernel_minus_1: int) -> torch.Tensor:
+        """[B, C, K-1]: where the conv state after the kept rows sits in ``window`` [B, C, K-1+T]."""
+        def build():
+            offsets = torch.arange(kernel_minus_1, device=window.device)
+            return (self.num_rows[:, None, None] + offsets).expand(*window.shape[:2], -1)
+        return self._get(("conv", tuple(window.shape[:2]), kernel_minus_1), build)
+
+    def last_step(self, num_steps: int) -> torch.Tensor:
+        """[B]: row b's last kept step in per-step snapshots flattened to [B * T, ...]."""
+        def build():
+            rows = torch.arange(self.num_rows.shape[0], device=self.num_rows.device)
+            return rows * num_steps + self.num_rows - 1
+        return self._get(("step", num_steps), build)
+
+    def dropped_rows(self, num_steps: int) -> torch.Tensor:
+        """[B, T] bool: the rows past each request's kept ones."""
+        def build():
+            steps = torch.arange(num_steps, device=self.num_rows.device)
+            return steps[None, :] >= self.num_rows[:, None]
+        return self._get(("drop", num_steps), build)
 
 
 class ModelCache:
@@ -139,11 +173,12 @@ class ModelCache:
 
         ``pending``: per-layer pending rows to commit (see :meth:`pending_rows`), else each layer's own.
         """
+        index = CommitIndex(num_rows)
         for i, layer in enumerate(self.layers):
             if isinstance(layer, KVCache):
                 layer.truncate(new_lengths)
             elif isinstance(layer, GDNState):
-                layer.commit(num_rows, None if pending is None else pending[i])
+                layer.commit(num_rows, None if pending is None else pending[i], index)
 
     def pending_rows(self) -> list:
         """Each layer's pending rows (None for attention layers)."""

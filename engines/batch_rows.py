@@ -1,0 +1,96 @@
+"""Device-side per-row state of the batched engine, and its host transfers.
+
+A batched step needs, per running request: the pending token (last output, not yet fed), the
+committed length, how many tokens it may still emit, and its stop ids. :class:`RowState` keeps them
+on the device, so a step reads nothing from the host and the stop/budget clip of every row is a few
+tensor ops (:meth:`RowState.keep`). :class:`Transfers` moves the little that must cross: one
+device->host read per step (every row's kept tokens), and the host-built drafts of replayed rows.
+"""
+
+import torch
+
+
+class RowState:
+    """Per-row decode state ``[max_batch]`` on the device; row i belongs to running request i."""
+
+    def __init__(self, max_batch: int, device):
+        self.pending = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.committed = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.remaining = torch.zeros(max_batch, dtype=torch.long, device=device)  # 0: finished
+        self.stops = torch.full((max_batch, 1), -1, dtype=torch.long, device=device)  # -1: none
+
+    def set_row(self, row: int, pending: int, committed: int, remaining: int,
+                stops: set[int]) -> None:
+        """State of a request just prefilled into ``row`` (admission only: one host->device copy)."""
+        if len(stops) > self.stops.shape[1]:
+            grown = torch.full((self.stops.shape[0], len(stops)), -1, dtype=torch.long,
+                               device=self.stops.device)
+            grown[:, :self.stops.shape[1]] = self.stops
+            self.stops = grown
+        values = [pending, committed, remaining] + sorted(stops)
+        values += [-1] * (3 + self.stops.shape[1] - len(values))
+        row_values = torch.tensor(values, dtype=torch.long).to(self.stops.device)
+        self.pending[row], self.committed[row], self.remaining[row] = row_values[:3]
+        self.stops[row] = row_values[3:]
+
+    def copy_row(self, src: int, dst: int) -> None:
+        for t in (self.pending, self.committed, self.remaining, self.stops):
+            t[dst] = t[src]
+
+    def vacate(self, row: int) -> None:
+        """Mark a row no request holds as finished (rows >= n stay inert if a step covers them)."""
+        self.remaining[row] = 0
+
+    def keep(self, proposed: torch.Tensor, num_proposed: torch.Tensor) -> torch.Tensor:
+        """Clip each row's proposal and advance rows ``0 .. n-1``; returns kept counts [n].
+
+        ``proposed`` [n, W]: row i proposes its first ``num_proposed[i]`` (>= 1) tokens. A row keeps
+        them up to its token budget and through its first stop token (``Engine._clip``); a finished
+        row (budget 0) keeps none. Kept tokens become committed, the last one pending.
+        """
+        n = proposed.shape[0]
+        remaining = self.remaining[:n]
+        budget = torch.minimum(num_proposed, remaining)
+        is_stop = (proposed[:, :, None] == self.stops[:n, None, :]).any(-1)  # [n, W]
+        first_stop = (~is_stop).int().cumprod(1).sum(1)  # W when the row has none
+        kept = torch.minimum(budget, first_stop + 1)
+        last = proposed.gather(1, (kept - 1).clamp(min=0)[:, None])[:, 0]
+        self.pending[:n] = torch.where(kept > 0, last, self.pending[:n])
+        self.committed[:n] += kept
+        self.remaining[:n] = torch.where(first_stop < budget, 0, remaining - kept)
+        return kept
+
+
+class Transfers:
+    """Host<->device copies of the batched engine, through page-locked buffers on CUDA.
+
+    ``fetch`` is the step's one device->host read (it waits for the step); ``upload`` is
+    asynchronous. Both buffers are reused: an upload staged for step k is consumed before step k's
+    fetch returns, so step k+1 may overwrite it. ``num_fetches`` counts the reads.
+    """
+
+    def __init__(self, max_rows: int, width: int, device):
+        self.device = torch.device(device)
+        pinned = self.device.type == "cuda"
+        self._down = torch.empty(max_rows, width, dtype=torch.long, pin_memory=pinned)
+        self._up = torch.empty(max_rows, width, dtype=torch.long, pin_memory=pinned)
+        self.num_fetches = 0
+
+    def fetch(self, table: torch.Tensor) -> list[list[int]]:
+        """``table`` [n, w] (int) as Python lists: one copy, one wait."""
+        self.num_fetches += 1
+        if self.device.type != "cuda":
+            return table.tolist()
+        host = self._down.view(-1)[:table.numel()].view(table.shape)  # contiguous, page-locked
+        host.copy_(table, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return host.tolist()
+
+    def upload(self, rows: list[list[int]]) -> torch.Tensor:
+        """Rows of ints (all the same length) as a device tensor, without waiting for the device."""
+        table = torch.tensor(rows, dtype=torch.long)
+        if self.device.type != "cuda":
+            return table
+        staged = self._up.view(-1)[:table.numel()].view(table.shape)
+        staged.copy_(table)
+        return staged.to(self.device, non_blocking=True)

@@ -1,0 +1,148 @@
+"""The batched step: lossless against greedy AR with ragged rows, and a host read count that does not
+grow with the batch (one device->host copy per step, whatever the number of running requests)."""
+
+import collections
+import sys
+
+import pytest
+import torch
+
+from specpilot import tiny
+from specpilot.build import load_models
+from specpilot.datasets import load_prompts
+from specpilot.engines.batch import BatchEngine
+from specpilot.engines.batch import Running
+from specpilot.engines.batch_rows import RowState
+from specpilot.engines.drafters.replay import AcceptanceProfile
+from specpilot.engines.drafters.replay import ReplayPlan
+from specpilot.engines.engine import SamplingParams
+from specpilot.recipe import AR
+from specpilot.recipe import STOCK
+from specpilot.settings import load_setting
+
+NUM_REQUESTS = 8
+# what reads a tensor's values on the host (on CUDA: a device->host copy and a wait)
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+
+
+def _requests(prompts, lengths, temperatures=None, stops=None):
+    temperatures = temperatures or [0.0] * len(prompts)
+    stops = stops or [()] * len(prompts)
+    return [Running(str(i), list(p), SamplingParams(max_new_tokens=n, ignore_eos=True,
+                                                    temperature=t, seed=i, stop_token_ids=s),
+                    set(s))
+            for i, (p, n, t, s) in enumerate(zip(prompts, lengths, temperatures, stops))]
+
+
+def _until_stop(tokens: list[int], stops: tuple[int, ...]) -> list[int]:
+    """What a request with these stop ids emits: through the first stop token."""
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return tokens[:i + 1]
+    return tokens
+
+
+def _run(batch: BatchEngine, requests: list[Running]) -> list[list[int]]:
+    """All requests at once (the batch has a row for each); steps until every one has finished."""
+    for req in requests:
+        batch.add(req)
+    while batch.running:
+        for req in [r for r in batch.running if r.finish_reason is not None]:
+            batch.remove(req)
+        batch.step()
+    return [r.tokens for r in requests]
+
+
+@pytest.mark.parametrize("setting", ["cpu_c1_tiny", "cpu_c1_tiny-muse"])
+def test_batched_greedy_spec_equals_greedy_ar(setting):
+    """8 concurrent greedy requests with ragged prompts, lengths and stops: batched spec tokens ==
+    each request's greedy AR tokens alone."""
+    models = load_models(load_setting(setting))
+    texts = load_prompts("gsm8k", NUM_REQUESTS)
+    prompts = [models.tokenizer.encode(t).ids[:9 + 5 * i] for i, t in enumerate(texts)]
+    lengths = [30 - 2 * i for i in range(NUM_REQUESTS)]  # rows leave at different steps
+    lengths[3] = 1  # done at prefill
+    ar = models.engine(AR)
+    alone = [ar.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True)).tokens
+             for p, n in zip(prompts, lengths)]
+    # odd requests stop at a token of their own continuation (mid-block, usually)
+    stops = [(ref[len(ref) // 2],) if i % 2 else () for i, ref in enumerate(alone)]
+    expected = [_until_stop(ref, s) for ref, s in zip(alone, stops)]
+    requests = _requests(prompts, lengths, stops=stops)
+    assert _run(BatchEngine(models.engine(STOCK), NUM_REQUESTS), requests) == expected
+    assert [r.finish_reason for r in requests] == [
+        "stop" if s and ref[-1] in s else "length" for ref, s in zip(expected, stops)]
+    if setting == "cpu_c1_tiny":  # the trained pair: rows really kept several tokens per step
+        assert max(n for r in requests for n in r.accept_lengths) > 2
+
+
+def test_row_state_keeps_through_the_first_stop_within_budget():
+    """The on-device clip is ``Engine._clip``: budget first, then through the first stop."""
+    rows = RowState(6, "cpu")
+    rows.set_row(0, pending=1, committed=10, remaining=5, stops={7})  # stops mid-proposal
+    rows.set_row(1, 1, 10, 2, {7})  # the budget ends before the stop
+    rows.set_row(2, 1, 10, 5, {7, 9})  # the first token stops (stop ids grow to 2 per row)
+    rows.set_row(3, 1, 10, 0, set())  # finished: keeps nothing
+    rows.set_row(4, 1, 10, 9, {7})  # keeps all it proposed (the 7 is past them)
+    proposed = torch.tensor([[3, 7, 4, 5], [3, 4, 7, 5], [9, 7, 4, 5], [3, 4, 5, 6], [3, 4, 5, 7]])
+    kept = rows.keep(proposed, torch.tensor([4, 4, 3, 4, 3]))
+    assert kept.tolist() == [2, 2, 1, 0, 3]
+    assert rows.pending[:5].tolist() == [7, 4, 9, 1, 5]
+    assert rows.committed[:5].tolist() == [12, 12, 11, 10, 13]
+    assert rows.remaining[:5].tolist() == [0, 0, 0, 0, 6]
+
+
+class HostReads:
+    """Counts host reads of tensor values (and host->device tensor builds) made while active;
+    a replay plan's own CPU generator draws (benchmark-only, host memory) are not reads."""
+
+    def __init__(self, monkeypatch):
+        self.counts, self.active = collections.Counter(), False
+        for name in HOST_READS:
+            self._wrap(monkeypatch, torch.Tensor, name, name)
+        self._wrap(monkeypatch, torch, "tensor", "tensor()")
+
+    def _wrap(self, monkeypatch, owner, name, key):
+        original = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if self.active and not caller.endswith("replay.py"):
+                self.counts[key] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+    def per_step(self, batch: BatchEngine, num_steps: int) -> dict:
+        self.counts.clear()
+        self.active = True
+        try:
+            for _ in range(num_steps):
+                batch.step()
+        finally:
+            self.active = False
+        return {k: v / num_steps for k, v in self.counts.items()}
+
+
+@pytest.mark.parametrize("case", ["ar", "greedy", "mixed"])
+def test_host_reads_per_step_do_not_grow_with_batch(tiny_models, tiny_prompts, monkeypatch, case):
+    """One device->host read per step at batch 1 and at batch 8; replay plans add one upload."""
+    recipe = AR if case == "ar" else STOCK
+    reads = HostReads(monkeypatch)
+    measured = {}
+    for size in (1, NUM_REQUESTS):
+        engine = tiny_models.engine(recipe)
+        batch = BatchEngine(engine, size)
+        temperatures = [0.8 if case == "mixed" and i % 2 else 0.0 for i in range(size)]
+        for i, req in enumerate(_requests(tiny_prompts[:size], [100] * size, temperatures)):
+            if case == "mixed" and i % 4 == 0:  # replayed acceptance (benchmarks) in the batch
+                req.replay = ReplayPlan(list(range(200)), AcceptanceProfile.parametric(
+                    3.0, engine.block_size), tiny.VOCAB_SIZE, seed=i)
+            batch.add(req)
+        batch.step()  # warm-up
+        fetches = batch.transfers.num_fetches
+        measured[size] = reads.per_step(batch, 3)
+        assert batch.transfers.num_fetches - fetches == 3
+    assert measured[1] == measured[NUM_REQUESTS], measured
+    assert measured[NUM_REQUESTS] == ({"tolist": 1, "tensor()": 1} if case == "mixed"
+                                      else {"tolist": 1})
