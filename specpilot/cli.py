@@ -32,6 +32,14 @@ COMMANDS = {
                "Render the README results tables from experiments/results."),
     "costmodel": ("specpilot.commands.costmodel",
                   "Per-phase byte/FLOP floors, the speedup bound and the gap table of a setting."),
+    "search": ("specpilot.commands.search",
+               "Run or resume a search campaign (Ray workers, MLflow records) and print the champion."),
+    "export": ("specpilot.commands.export",
+               "Write a hash-checked bundle of a recorded engine, for serve --bundle."),
+    "retune": ("specpilot.commands.retune",
+               "After a stack change: re-validate, re-tune and re-bench the champion; record it."),
+    "ui": ("specpilot.commands.ui",
+           "Open a campaign's MLflow records in the MLflow UI on 127.0.0.1."),
 }
 
 

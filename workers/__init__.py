@@ -1,1 +1,1 @@
-"""Ray GPU workers and the candidate-evaluation pipeline. Not built yet."""
+"""Ray GPU workers and the candidate-evaluation entrypoint they run in a subprocess."""

@@ -21,4 +21,6 @@ GPUS = {
     "h100": Gpu("NVIDIA H100 80GB HBM3", 3.35, 989.0, "datasheet (not measured here)"),
     "rtxpro6000": Gpu("NVIDIA RTX PRO 6000 Blackwell", 1.79, 503.8,
                       "datasheet (not measured here)"),
+    # CPU settings (CI, the embedded default) rank phases with these; no speed claim rests on them.
+    "cpu": Gpu("CPU (nominal)", 0.02, 0.5, "nominal round numbers for orchestration on a CPU box"),
 }

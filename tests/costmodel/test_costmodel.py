@@ -53,7 +53,8 @@ def test_gap_table_ranks_by_excess(costs):
 
 def test_ceilings_say_where_they_come_from():
     assert GPUS["h200"].source.startswith("measured")
-    assert all(g.source.startswith("datasheet") for k, g in GPUS.items() if k != "h200")
+    assert all(g.source.startswith("datasheet") for k, g in GPUS.items() if k not in ("h200", "cpu"))
+    assert GPUS["cpu"].source.startswith("nominal")
 
 
 def test_cli_prints_floors_bound_and_gap_table(tmp_path, capsys):
@@ -69,7 +70,8 @@ def test_cli_prints_floors_bound_and_gap_table(tmp_path, capsys):
     assert gap_lines == ["verify", "draft", "commit"]
 
 
-def test_cli_refuses_a_gpu_without_ceilings():
+def test_cli_refuses_a_gpu_without_ceilings(capsys):
     from specpilot import cli
 
-    assert cli.main(["costmodel", "cpu_c1_tiny"]) == 2
+    assert cli.main(["costmodel", "cpu_c1_tiny", "--gpu", "a100"]) == 2
+    assert "no ceilings for gpu 'a100'" in capsys.readouterr().err

@@ -1,0 +1,128 @@
+"""The kernel sub-agent: Optuna ask/tell, on the driver, for the GEMM farthest from its ceiling.
+
+1. Survey: a worker times the current config (the tuning cache's, else the space's first sweep
+   entry) of each target weight shape at the verify row count; the driver places each on the
+   roofline of the setting's GPU and picks the lowest fraction of the read ceiling.
+2. Study: one Optuna study per (setting, op, shape, M bucket, kernel fingerprint) in the
+   campaign's journal storage. Warm start: the surveyed config and the space's sweep (known-good
+   configs) are enqueued before the sampler proposes anything.
+3. Trials: the driver asks ``kernel_trials`` configs, a worker checks each against the reference
+   and times only the ones that pass; the driver tells Optuna (wrong or failing configs are FAIL,
+   never fast) and writes the best config into the tuning cache keyed by the worker's fingerprint.
+"""
+
+import json
+
+import torch
+
+KERNEL_OP = "skinny_gemm"
+MAX_SURVEY_SHAPES = 6
+
+
+def target_shapes(target_config: dict) -> list[tuple[int, int]]:
+    """Distinct (N, K) of the target's Linear weights, largest first."""
+    from specpilot.costmodel.phases import _meta_model
+
+    model = _meta_model(target_config)
+    shapes = {tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    return sorted(shapes, key=lambda s: -s[0] * s[1])[:MAX_SURVEY_SHAPES]
+
+
+def farthest(survey_rows: list[dict], read_tb_s: float) -> dict | None:
+    """The surveyed shape with the lowest fraction of the read ceiling (its row, with fraction)."""
+    best = None
+    for row in survey_rows:
+        floor_us = row["traffic_bytes"] / (read_tb_s * 1e12) * 1e6
+        fraction = floor_us / row["p50_us"] if row["p50_us"] > 0 else 1.0
+        row = {**row, "floor_us": floor_us, "fraction_of_ceiling": fraction}
+        if best is None or fraction < best["fraction_of_ceiling"]:
+            best = row
+    return best
+
+
+def study_name(setting: str, n: int, k: int, bucket: int, kernel_key: str) -> str:
+    return f"{setting}:{KERNEL_OP}:{n}x{k}:m{bucket}:{kernel_key}"
+
+
+def open_study(storage_path: str, name: str, seed: int):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(storage_path))
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
+                                sampler=sampler, load_if_exists=True)
+    # The driver is the study's only writer: a trial still RUNNING was asked by a driver that died
+    # before telling it. Close it as failed so the sampler does not wait on it.
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+    return study
+
+
+def warm_start(study, space, m: int, n: int, k: int, known_good: list[dict]) -> int:
+    """Enqueue known-good configs (once per study); returns how many were enqueued."""
+    from specpilot.kernels.tuning.study import _as_params
+
+    if study.trials:
+        return 0
+    count = 0
+    for config in known_good:
+        try:
+            space.validate(config, m, n, k)
+        except ValueError:
+            continue
+        study.enqueue_trial(_as_params(config), skip_if_exists=True)
+        count += 1
+    return count
+
+
+def ask_configs(study, space, m: int, num: int) -> list[tuple[object, dict]]:
+    from specpilot.kernels.tuning.study import suggest_config
+
+    out = []
+    for _ in range(num):
+        trial = study.ask()
+        config = suggest_config(trial, space, m)
+        trial.set_user_attr("config", config)
+        out.append((trial, config))
+    return out
+
+
+def tell_results(study, asked: list[tuple[object, dict]], results: list[dict]) -> dict:
+    """Tell Optuna each outcome; returns counts by state."""
+    import optuna
+
+    counts: dict[str, int] = {}
+    for (trial, _), result in zip(asked, results):
+        state = result["state"]
+        counts[state] = counts.get(state, 0) + 1
+        study._storage.set_trial_user_attr(trial._trial_id, "state", state)
+        study._storage.set_trial_user_attr(trial._trial_id, "detail",
+                                           str(result.get("detail", ""))[:500])
+        if state == "ok" and result.get("timing"):
+            study._storage.set_trial_user_attr(trial._trial_id, "timing",
+                                               json.dumps(result["timing"]))
+            study.tell(trial, result["timing"]["p50_us"])
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return counts
+
+
+def best_entry(study, op: str, n: int, k: int, m: int, bucket: int, fingerprint: dict,
+               kernel_key: str, traffic_bytes: int, read_tb_s: float) -> dict | None:
+    """The tuning-cache entry for the study's best checked config (None if none passed)."""
+    import optuna
+
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not done:
+        return None
+    best = min(done, key=lambda t: t.value)
+    timing = json.loads(best.user_attrs["timing"]) if "timing" in best.user_attrs else {}
+    floor_us = traffic_bytes / (read_tb_s * 1e12) * 1e6
+    return {"op": op, "n": n, "k": k, "m": m, "m_bucket": bucket,
+            "config": best.user_attrs["config"], "p50_us": best.value,
+            "p20_us": timing.get("p20_us"), "p80_us": timing.get("p80_us"),
+            "fraction_of_ceiling": floor_us / best.value if best.value else None,
+            "kernel_key": kernel_key, "fingerprint": fingerprint, "study": study.study_name,
+            "num_complete": len(done)}

@@ -1,0 +1,144 @@
+"""Proposal agents, campaign config, merge rule and knowledge-store priors (no Ray needed)."""
+
+import json
+
+import pytest
+
+from specpilot.errors import SpecPilotError
+from specpilot.recipe import STOCK
+from specpilot.search.agents import AgentContext
+from specpilot.search.agents import CatalogAgent
+from specpilot.search.agents import MutationAgent
+from specpilot.search.agents import Proposal
+from specpilot.search.agents.llm import parse_answer
+from specpilot.search.catalog import Mechanism
+from specpilot.search.catalog import load_catalog
+from specpilot.search.config import CampaignConfig
+from specpilot.search.driver import merge_deltas
+from specpilot.search.knowledge import KnowledgeStore
+
+CPU = {"gpu": "cpu", "device": "cpu", "dtype": "float32", "target": "Qwen3_5ForCausalLM",
+       "hybrid": True, "drafter": "DFlash2DraftModel", "scenario": "c1", "block_size": 8}
+H200 = {**CPU, "gpu": "h200", "device": "cuda", "dtype": "bfloat16"}
+
+
+def context(features=CPU, champion=STOCK, gaps=(), tried=frozenset(), priors=None, round_=1,
+            seed=0, limit=3):
+    return AgentContext("s", features, champion, list(gaps), tried, priors or {}, round_, seed,
+                        limit)
+
+
+def test_catalog_entries_are_valid_recipe_deltas():
+    for m in load_catalog():
+        recipe = Proposal("catalog", m.name, m.delta, fault=m.fault).recipe(STOCK)
+        assert recipe.to_dict()  # every delta builds a valid recipe
+
+
+def test_catalog_agent_respects_requirements_and_ranks_by_gap():
+    gaps = [{"phase": "commit", "measured_ms": 6.0, "floor_ms": 1.0},
+            {"phase": "verify", "measured_ms": 9.0, "floor_ms": 1.0, "predicted_ms": 8.0}]
+    on_cpu = CatalogAgent().propose(context(CPU, gaps=gaps, limit=10))
+    assert [p.mechanism for p in on_cpu] == ["gdn-replay-rollback"]  # cuda-only ones excluded
+    on_gpu = [p.mechanism for p in CatalogAgent().propose(context(H200, gaps=gaps, limit=10))]
+    # commit is 5 ms above its floor, verify only 1 ms above its calibrated prediction
+    assert on_gpu[0] == "gdn-replay-rollback"
+    assert "w12-target" in on_gpu and "cuda-graphs" not in on_gpu  # stock already has graphs
+
+
+def test_catalog_agent_plants_the_canary_first_in_round_one_only():
+    config = CampaignConfig(setting="cpu_c1_tiny", canary=True)
+    first = CatalogAgent(config).propose(context(limit=1))
+    assert first[0].fault == "accept-all-drafts" and len(first) == 2
+    later = CatalogAgent(config).propose(context(round_=2, limit=1))
+    assert all(p.fault is None for p in later)
+
+
+def test_priors_reorder_the_catalog_and_mutations():
+    catalog = [Mechanism("a", {"gdn_rollback": "replay"}, "verify", ""),
+               Mechanism("b", {"block_size": 4}, "commit", "")]
+    gaps = [{"phase": "commit", "measured_ms": 10.0, "floor_ms": 1.0}]
+    assert [p.mechanism for p in CatalogAgent(catalog=catalog).propose(
+        context(gaps=gaps))] == ["b", "a"]
+    assert [p.mechanism for p in CatalogAgent(catalog=catalog).propose(
+        context(gaps=gaps, priors={"a": 0.3}))] == ["a", "b"]
+    cold = [p.mechanism for p in MutationAgent().propose(context(limit=10))]
+    warm = [p.mechanism for p in MutationAgent().propose(
+        context(limit=10, priors={cold[-1]: 0.2}))]
+    assert warm[0] == cold[-1] and sorted(warm) == sorted(cold)
+
+
+def test_mutation_agent_is_deterministic_and_stays_in_the_window():
+    a = MutationAgent().propose(context(seed=3, limit=10))
+    b = MutationAgent().propose(context(seed=3, limit=10))
+    assert a == b
+    assert all(2 <= p.delta["block_size"] <= 8 for p in a)
+    assert MutationAgent().propose(context(champion=STOCK.replace(speculative=False))) == []
+
+
+def test_tried_candidates_are_not_proposed_again():
+    first = MutationAgent().propose(context(limit=10))
+    tried = frozenset(p.key(STOCK) for p in first[:2])
+    again = MutationAgent().propose(context(limit=10, tried=tried))
+    assert [p.mechanism for p in again] == [p.mechanism for p in first[2:]]
+
+
+def test_llm_answers_outside_the_schema_are_rejected():
+    ok, bad = parse_answer('{"proposals": [{"delta": {"block_size": 4}, "rationale": "r"}]}',
+                           STOCK)
+    assert ok == [{"delta": {"block_size": 4}, "rationale": "r"}] and not bad
+    for answer in ['I think you should use W12.',
+                   '{"proposals": [{"delta": {"turbo": true}}]}',
+                   '{"proposals": [{"delta": {"name": "x"}}]}',
+                   '{"proposals": [{"delta": {"speculative": false}}]}',
+                   '{"proposals": [{"delta": {"block_size": 999}}]}',
+                   '{"proposals": [{"delta": {"gemm": "magic"}}]}',
+                   '{"proposals": [{"delta": {}, "extra": 1}]}', '{"other": []}']:
+        ok, bad = parse_answer(answer, STOCK)
+        assert ok == [] and bad, answer
+
+
+def test_merge_takes_compatible_winners_best_first():
+    a = Proposal("x", "a", {"gdn_rollback": "replay"})
+    b = Proposal("x", "b", {"block_size": 4})
+    c = Proposal("x", "c", {"block_size": 6})
+    assert merge_deltas([(a, 1.1), (b, 1.2), (c, 1.05)]) == {"gdn_rollback": "replay",
+                                                              "block_size": 4}
+    assert merge_deltas([(b, 1.2), (c, 1.3)]) is None  # they conflict: nothing to merge
+    canary = Proposal("x", "k", {}, fault="accept-all-drafts")
+    assert merge_deltas([(a, 1.1), (canary, 9.0)]) is None
+
+
+def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
+    with pytest.raises(SpecPilotError, match="unknown key"):
+        CampaignConfig.from_dict({"setting": "cpu_c1_tiny", "roundz": 2})
+    with pytest.raises(SpecPilotError, match="unknown agent"):
+        CampaignConfig(setting="cpu_c1_tiny", agents=("oracle",))
+    with pytest.raises(SpecPilotError, match="llm agent needs"):
+        CampaignConfig(setting="cpu_c1_tiny", agents=("llm",))
+    with pytest.raises(SpecPilotError, match="unknown recipe key"):
+        CampaignConfig(setting="cpu_c1_tiny", start_recipe={"speed": 11})
+    path = tmp_path / "c.toml"
+    path.write_text('setting = "cpu_c1_tiny"\n[llm]\nurl = "http://x"\ntemperature = 1\n')
+    with pytest.raises(SpecPilotError, match=r"\[llm\]: unknown key"):
+        CampaignConfig.load(path)
+    a = CampaignConfig(setting="cpu_c1_tiny", rounds=1)
+    assert a.campaign_id() == CampaignConfig(setting="cpu_c1_tiny", rounds=5).campaign_id()
+    assert a.campaign_id() != CampaignConfig(setting="cpu_c1_tiny", seed=1).campaign_id()
+
+
+def test_knowledge_priors_weight_similar_settings(tmp_path):
+    store = KnowledgeStore(tmp_path)
+    base = {"campaign_id": "c1", "setting": "s", "round": 1, "agent": "catalog",
+            "recipe_delta": "{}", "ci_low": None, "ci_high": None, "fingerprint": "{}",
+            "timestamp": 0.0, **{k: CPU[k] for k in ("gpu", "target", "drafter", "scenario",
+                                                     "hybrid")}}
+    store.append([{**base, "mechanism": "good", "valid": True, "speedup": 1.5},
+                  {**base, "mechanism": "bad", "valid": False, "speedup": None}])
+    store.append([{**base, "campaign_id": "c2", "mechanism": "good", "valid": True,
+                   "speedup": 1.1, "gpu": "h200", "target": "Other", "drafter": "Other",
+                   "scenario": "cN", "hybrid": False}])
+    priors = store.priors(CPU)
+    assert priors["good"] > 0 > priors["bad"]
+    assert set(store.priors(CPU, exclude_campaign="c1")) == set()  # c2 shares nothing with CPU
+    assert len(store.rows()) == 3
+    json.dumps(store.rows())  # plain values

@@ -1,0 +1,245 @@
+"""The evaluation entrypoint a worker runs in a fresh subprocess, one job per process.
+
+``python -m specpilot.workers.evaluate JOB.json RESULT.json`` reads a job, writes its result
+and exits 0; a crash, an out-of-memory kill or a hang is seen by the caller as a missing result
+file, so a bad candidate can never take the worker (or the driver) down with it. It runs without
+Ray too: on a GPU box with no Ray, run it directly on a job file.
+
+Job kinds:
+- ``measure``: the champion's decode ms/token, tau and per-phase ms/step (the gap table's input).
+- ``candidate``: build -> token forcing against the AR reference (must pass) -> interleaved A/B
+  against the champion on this device -> the candidate's phases. ``fault`` builds one of the
+  deliberately broken engines instead (the campaign's canary: the gate must reject it).
+- ``kernel``: check-then-time Triton kernel configs for one shape (the kernel sub-agent's trials),
+  and ``kernel_survey``: time the current config of each shape (which kernel is farthest from its
+  ceiling).
+"""
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+_LOADED: dict = {}
+"""Models loaded by this process, by setting: several jobs in one process share the weights."""
+
+
+def _models(setting_name: str, speculative: bool = True):
+    from specpilot.build import load_models
+    from specpilot.settings import load_setting
+
+    cached = _LOADED.get(setting_name)
+    if cached is not None and (cached.drafter is not None or not speculative):
+        return cached
+    _LOADED.clear()  # one setting's weights at a time (two seed-scale targets do not fit)
+    _LOADED[setting_name] = load_models(load_setting(setting_name), with_drafter=speculative)
+    return _LOADED[setting_name]
+
+
+def _engine(models, recipe_dict: dict, fault: str | None = None):
+    from specpilot.recipe import Recipe
+
+    recipe = Recipe.from_dict(recipe_dict)
+    if fault is None:
+        return models.engine(recipe)
+    from specpilot.validation.broken import BROKEN_ENGINES
+
+    if fault not in BROKEN_ENGINES:
+        raise ValueError(f"unknown fault {fault!r}; known: {sorted(BROKEN_ENGINES)}")
+    return BROKEN_ENGINES[fault](models.target, models.drafter, recipe,
+                                 max_len=models.setting.engine.max_len)
+
+
+def _workload(models, job: dict):
+    from specpilot.bench import workload_for
+
+    bench = job.get("bench", {})
+    return workload_for(models.setting, models.tokenizer, num_prompts=bench.get("num_prompts"),
+                        max_new_tokens=bench.get("max_new_tokens"))
+
+
+def _replay(models, workload, speculative: bool):
+    from specpilot.bench import replay_for
+
+    if not speculative or not models.setting.scenario.acceptance_profile:
+        return None
+    return replay_for(models, workload)
+
+
+def measure(job: dict) -> dict:
+    from specpilot.bench import bench_engine
+
+    recipe = job["recipe"]
+    models = _models(job["setting"], recipe.get("speculative", True))
+    engine = _engine(models, recipe)
+    workload = _workload(models, job)
+    replay = _replay(models, workload, engine.drafter is not None)
+    body = bench_engine(engine, workload, replay)
+    summary = body["summary"]
+    ar_ms = None
+    if job.get("calibrate", True):  # the AR step of the same build calibrates the cost model
+        from specpilot.bench.runner import measure_phases
+        from specpilot.recipe import AR
+
+        ar_engine = models.engine(AR.replace(**{k: v for k, v in recipe.items()
+                                                if k in ("gemm", "cuda_graphs",
+                                                         "fused_elementwise")}))
+        ar_ms = measure_phases(ar_engine, workload)["ms_per_step"].get("verify")
+    return {"ar_ms_per_step": ar_ms,"ms_per_token": summary.get("ms_per_token", {}).get("median")
+            if isinstance(summary.get("ms_per_token"), dict) else summary.get("ms_per_token"),
+            "tau": summary.get("tau"), "phases_ms": summary["phases"]["ms_per_step"],
+            "acceptance": body["acceptance"], "block_size": engine.block_size}
+
+
+def candidate(job: dict) -> dict:
+    from specpilot.bench import StoppingRule
+    from specpilot.bench import compare_engines
+    from specpilot.bench.runner import measure_phases
+    from specpilot.engines.engine import SamplingParams
+    from specpilot.recipe import AR
+    from specpilot.datasets import load_prompts
+    from specpilot.validation import validate_engine
+
+    models = _models(job["setting"])
+    setting = models.setting
+    start = time.monotonic()
+    engine = _engine(models, job["recipe"], job.get("fault"))
+    val = setting.validation
+    spec = job.get("validation", {})
+    texts = load_prompts(val.dataset, spec.get("num_prompts") or val.num_prompts)
+    prompts = [models.tokenizer.encode(t).ids for t in texts]
+    params = SamplingParams(max_new_tokens=spec.get("max_new_tokens") or val.max_new_tokens)
+    report = validate_engine(models.engine(AR), engine, prompts, params, epsilon=val.epsilon,
+                             max_mismatch_rate=val.max_mismatch_rate,
+                             num_canaries=val.num_canaries, seed=job.get("seed", 0),
+                             name=job.get("name", "candidate"))
+    validation = {k: v for k, v in report.to_dict().items() if k != "mismatches"}
+    validation["mismatches"] = report.mismatches[:20]
+    out = {"valid": report.passed, "validation": validation,
+           "validation_s": time.monotonic() - start}
+    if not report.passed:
+        return out
+    champion = _engine(models, job["champion"])
+    workload = _workload(models, job)
+    replay = _replay(models, workload, True)
+    bench = job.get("bench", {})
+    rule = StoppingRule(bench.get("half_width", 0.02), bench.get("budget_s", 120.0),
+                        min(2, bench.get("max_rounds", 20)), bench.get("max_rounds", 20))
+    body = compare_engines(champion, engine, workload, rule, replay, seed=job.get("seed", 0))
+    out["compare"] = {k: body[k] for k in ("median_speedup", "ci95", "half_width", "num_rounds",
+                                           "stop_reason", "acceptance", "ratios")}
+    out["compare"]["champion_ms_per_token"] = _median([p["a_ms_per_token"] for p in body["pairs"]])
+    out["compare"]["ms_per_token"] = _median([p["b_ms_per_token"] for p in body["pairs"]])
+    out["compare"]["tau"] = _median([p["b_tau"] for p in body["pairs"] if p["b_tau"]])
+    out["phases_ms"] = measure_phases(engine, workload, replay)["ms_per_step"]
+    return out
+
+
+def _median(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+def kernel(job: dict) -> dict:
+    """Check then time each config of ``job['configs']`` for one op and shape."""
+    import torch
+
+    from specpilot.kernels.tuning.ops import get_op
+    from specpilot.kernels.tuning.study import evaluate as evaluate_config
+
+    device = torch.device(job["device"])
+    op = get_op(job["op"])
+    m, n, k = job["m"], job["n"], job["k"]
+    case = op.make_case(m, n, k, device, job.get("seed", 0), 1)
+    results = []
+    for config in job["configs"]:
+        try:
+            op.space.validate(config, m, n, k)
+        except ValueError as err:
+            results.append({"state": "invalid", "detail": str(err)})
+            continue
+        state, timing, detail = evaluate_config(op, case, config, device, job.get("reps", 20))
+        results.append({"state": state, "detail": detail,
+                        "timing": timing.to_dict() if timing is not None else None})
+    return {"results": results, "traffic_bytes": case.traffic.bytes_moved}
+
+
+def kernel_survey(job: dict) -> dict:
+    """p50 time of each shape's current config (cached, else the space's first sweep entry)."""
+    import torch
+
+    from specpilot.kernels.tuning import cache
+    from specpilot.kernels.tuning.ops import get_op
+    from specpilot.kernels.tuning.study import evaluate as evaluate_config
+
+    device = torch.device(job["device"])
+    op = get_op(job["op"])
+    rows = []
+    for n, k in job["shapes"]:
+        m = job["m"]
+        config = cache.lookup_config(job["op"], m, n, k, device)
+        if config is None:
+            config = next((c for c in op.space.SWEEP if _fits(op, c, m, n, k)), None)
+        if config is None:
+            continue
+        case = op.make_case(m, n, k, device, 0, 1)
+        state, timing, _ = evaluate_config(op, case, config, device, job.get("reps", 20))
+        if state == "ok":
+            rows.append({"n": n, "k": k, "m": m, "config": config, "p50_us": timing.p50_us,
+                         "traffic_bytes": case.traffic.bytes_moved})
+    return {"rows": rows}
+
+
+def _fits(op, config, m, n, k) -> bool:
+    try:
+        op.space.validate(config, m, n, k)
+        return True
+    except ValueError:
+        return False
+
+
+KINDS = {"measure": measure, "candidate": candidate, "kernel": kernel,
+         "kernel_survey": kernel_survey}
+
+
+def run_job(job: dict) -> dict:
+    """Run one job in this process; exceptions become an ``error`` result (the trial failed)."""
+    from specpilot.fingerprint import current
+
+    kind = job.get("kind")
+    if kind not in KINDS:
+        return {"state": "error", "error": f"unknown job kind {kind!r}; known: {sorted(KINDS)}"}
+    device = "cuda" if job.get("device", "cpu").startswith("cuda") else "cpu"
+    start = time.monotonic()
+    try:
+        body = KINDS[kind](job)
+        state = "ok"
+        if kind == "candidate" and not body["valid"]:
+            state = "invalid"
+        return {"state": state, **body, "elapsed_s": time.monotonic() - start,
+                "fingerprint": current(device).to_dict()}
+    except Exception as err:  # noqa: BLE001 - any failure of a candidate is a recorded trial state
+        return {"state": "error", "error": f"{type(err).__name__}: {err}",
+                "traceback": traceback.format_exc()[-4000:], "elapsed_s": time.monotonic() - start}
+
+
+def main(argv: list[str]) -> int:
+    """``JOB RESULT [JOB RESULT ...]``: several pairs run in order in this process, sharing the
+    loaded weights (a GPU box without Ray evaluates a whole round with one load)."""
+    if not argv or len(argv) % 2:
+        print("usage: python -m specpilot.workers.evaluate JOB.json RESULT.json [JOB RESULT ...]",
+              file=sys.stderr)
+        return 2
+    for job_path, result_path in zip(argv[0::2], argv[1::2]):
+        result = run_job(json.loads(Path(job_path).read_text()))
+        tmp = Path(result_path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
