@@ -63,9 +63,35 @@ def _git_commit() -> str:
         return "unknown"
 
 
+FAKE_ENV = "SPECPILOT_FAKE_FINGERPRINT"
+"""Test/ops hook, never for production serving: a JSON object of field overrides, e.g.
+``SPECPILOT_FAKE_FINGERPRINT='{"torch": "9.9"}'``, applied by :func:`current`. It lets the tests
+and an operator rehearse what ``specpilot retune`` and ``specpilot serve --bundle`` do after a stack
+upgrade without upgrading anything. Every fingerprint a faked process records carries the fake."""
+
+
+def _fake_overrides() -> dict:
+    text = os.environ.get(FAKE_ENV)
+    if not text:
+        return {}
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{FAKE_ENV} must be a JSON object of fingerprint fields: "
+                         f"{err}") from None
+    fields = {f.name for f in dataclasses.fields(Fingerprint)}
+    if not isinstance(overrides, dict) or not set(overrides) <= fields:
+        raise ValueError(f"{FAKE_ENV} must be a JSON object with keys from {sorted(fields)}, "
+                         f"got {text!r}")
+    return {k: str(v) for k, v in overrides.items()}
+
+
 @functools.lru_cache(maxsize=None)
 def current(device: str = "cuda") -> Fingerprint:
-    """The fingerprint of this process's environment for ``device`` ("cuda" or "cpu")."""
+    """The fingerprint of this process's environment for ``device`` ("cuda" or "cpu").
+
+    ``$SPECPILOT_FAKE_FINGERPRINT`` (:data:`FAKE_ENV`, a test/ops hook) overrides fields.
+    """
     try:
         import triton
 
@@ -78,10 +104,11 @@ def current(device: str = "cuda") -> Fingerprint:
         driver, cuda = _nvidia_driver(), str(torch.version.cuda)
     else:
         gpu, cc, driver, cuda = f"cpu:{platform.machine()}", "none", "none", "none"
-    return Fingerprint(
+    found = Fingerprint(
         gpu=gpu, compute_capability=cc, driver=driver, cuda=cuda, torch=torch.__version__,
         triton=triton_version, python=platform.python_version(), commit=_git_commit(),
     )
+    return dataclasses.replace(found, **_fake_overrides())
 
 
 def stable_hash(obj) -> str:

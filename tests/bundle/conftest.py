@@ -1,0 +1,138 @@
+"""Export, serve --bundle, retune and the MLflow UI against one real embedded-default campaign.
+
+The session runs ``python -m specpilot.search cpu_c1_tiny`` once (~70 s on 2 cores) with its own
+kernel-config cache (``SPECPILOT_CACHE_DIR``), and exports its champion once; the tests read both
+and copy them before changing anything. Every command runs as a real subprocess.
+"""
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SETTING = "cpu_c1_tiny"
+STARTUP_TIMEOUT_S = 180
+
+
+class Campaign:
+    """A finished campaign: its store directory and the environment its commands run with."""
+
+    def __init__(self, store: Path, kernel_cache: Path):
+        self.store, self.kernel_cache = store, kernel_cache
+
+    def env(self, **extra: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != "SPECPILOT_FAKE_FINGERPRINT"}
+        env.update({"SPECPILOT_CACHE_DIR": str(self.kernel_cache),
+                    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **extra})
+        return env
+
+    def copy(self, where: Path) -> "Campaign":
+        """An independent copy (store and kernel cache) that a test may change."""
+        shutil.copytree(self.store, where / "store")
+        shutil.copytree(self.kernel_cache, where / "kernel-cache")
+        return Campaign(where / "store", where / "kernel-cache")
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        uri = f"sqlite:///{self.store / 'mlflow.db'}"
+        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def specpilot(campaign: Campaign, *args: str, timeout_s: float = 600,
+              **env: str) -> subprocess.CompletedProcess:
+    """``python -m specpilot ARGS`` with the campaign's environment (plus ``env``)."""
+    return subprocess.run([sys.executable, "-m", "specpilot", *args], check=False, cwd=REPO,
+                          env=campaign.env(**env), capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+@pytest.fixture(scope="session")
+def campaign(tmp_path_factory) -> Campaign:
+    root = tmp_path_factory.mktemp("campaign")
+    done = Campaign(root / "store", root / "kernel-cache")
+    proc = subprocess.run([sys.executable, "-m", "specpilot.search", SETTING, "--store-dir",
+                           str(done.store)], check=False, cwd=REPO, env=done.env(),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return done
+
+
+@pytest.fixture(scope="session")
+def exported(campaign, tmp_path_factory) -> Path:
+    """The campaign's champion exported once (``specpilot export cpu_c1_tiny``)."""
+    out = tmp_path_factory.mktemp("export") / "bundle"
+    proc = specpilot(campaign, "export", SETTING, "--store-dir", str(campaign.store),
+                     "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "manifest digest" in proc.stdout
+    return out
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def serve_bundle(campaign: Campaign, bundle: Path, log: Path, *args: str, **env: str):
+    """``specpilot serve --bundle BUNDLE`` on a free port until the block ends; yields its URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "specpilot", "serve", "--bundle", str(bundle), "--port",
+           str(port), "--log-level", "warning", *args]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=campaign.env(**env), stdout=out,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.25)
+        else:
+            pytest.fail(f"{' '.join(cmd)} did not start:\n{log.read_text()[-4000:]}")
+        yield url
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(campaign, *args, **env)``: run ``python -m specpilot`` (see :func:`specpilot`)."""
+    return specpilot
+
+
+@pytest.fixture(scope="session")
+def bundle_server():
+    """``bundle_server(campaign, bundle, log, *args, **env)``: see :func:`serve_bundle`."""
+    return serve_bundle
+
+
+@pytest.fixture(scope="session")
+def reference_models():
+    """cpu_c1_tiny's models loaded in this process (the in-process side of the parity check)."""
+    from specpilot.build import load_models
+    from specpilot.settings import load_setting
+
+    return load_models(load_setting(SETTING))
