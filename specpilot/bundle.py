@@ -35,7 +35,6 @@ import os
 import shutil
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 from specpilot.errors import SpecPilotError
@@ -100,36 +99,12 @@ def describe_changes(changes: dict) -> str:
 
 
 # --- the setting and its checkpoints -----------------------------------------------------------
-def _strict(cls, data: dict, where: str):
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise SpecPilotError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-    try:
-        return cls(**data)
-    except TypeError as err:
-        raise SpecPilotError(f"{where}: {err}") from err
-
-
 def load_setting_file(path: Path):
-    """A :class:`specpilot.settings.Setting` from a ``setting.toml`` outside ``settings/``, with
-    the strict rules of :func:`specpilot.settings.load_setting` (``random:`` paths resolve beside
-    the file)."""
-    from specpilot import settings
+    """A :class:`specpilot.settings.Setting` from the bundle's ``setting.toml`` (the strict rules
+    of :func:`specpilot.settings.load_setting`; ``random:`` paths resolve beside the file)."""
+    from specpilot.settings import load_setting_file as load
 
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise SpecPilotError(f"{path}: {err}") from err
-    sections = {"target": settings.ModelSource, "drafter": settings.ModelSource,
-                "engine": settings.EngineConfig, "scenario": settings.Scenario,
-                "validation": settings.Validation}
-    parsed = {key: _strict(cls, data.pop(key), f"{path} [{key}]")
-              for key, cls in sections.items() if key in data}
-    if "target" not in parsed:
-        raise SpecPilotError(f"{path}: a [target] section is required")
-    parsed.setdefault("drafter", None)
-    return _strict(settings.Setting, {**data, **parsed, "directory": path.parent}, str(path))
+    return load(path)
 
 
 def _sources(setting) -> dict:

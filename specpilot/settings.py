@@ -114,14 +114,11 @@ def available() -> list[str]:
     return sorted(p.parent.name for p in SETTINGS_DIR.glob("*/setting.toml"))
 
 
-def load_setting(name: str) -> Setting:
-    """Read ``settings/<name>/setting.toml``; an unknown name lists the settings that exist."""
-    path = SETTINGS_DIR / name / "setting.toml"
-    if not path.is_file():
-        raise SpecPilotError(f"unknown setting {name!r}; available: {', '.join(available())}")
+def load_setting_file(path: Path) -> Setting:
+    """A setting from any ``setting.toml`` (an exported bundle's too), by the same strict rules."""
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
         raise SpecPilotError(f"{path}: {err}") from err
     where = str(path)
     sections = {"target": ModelSource, "drafter": ModelSource, "engine": EngineConfig,
@@ -133,7 +130,16 @@ def load_setting(name: str) -> Setting:
     if "target" not in parsed:
         raise SpecPilotError(f"{where}: a [target] section is required")
     parsed.setdefault("drafter", None)
-    setting = _section(Setting, {**data, **parsed, "directory": path.parent}, where)
+    return _section(Setting, {**data, **parsed, "directory": Path(path).parent}, where)
+
+
+def load_setting(name: str) -> Setting:
+    """Read ``settings/<name>/setting.toml``; an unknown name lists the settings that exist."""
+    path = SETTINGS_DIR / name / "setting.toml"
+    if not path.is_file():
+        raise SpecPilotError(f"unknown setting {name!r}; available: {', '.join(available())}")
+    setting = load_setting_file(path)
     if setting.name != name:
-        raise SpecPilotError(f"{where}: name {setting.name!r} does not match its directory {name!r}")
+        raise SpecPilotError(f"{path}: name {setting.name!r} does not match its directory "
+                             f"{name!r}")
     return setting

@@ -8,7 +8,6 @@ and copy them before changing anything. Every command runs as a real subprocess.
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.server.conftest import _stop
+from tests.server.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SETTING = "cpu_c1_tiny"
@@ -75,22 +77,6 @@ def exported(campaign, tmp_path_factory) -> Path:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "manifest digest" in proc.stdout
     return out
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
 
 
 @contextlib.contextmanager
