@@ -315,8 +315,7 @@ class Campaign:
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
         self._trial_log: list[dict] = []
-        start_champion = self._start_champion()
-        champion = start_champion
+        champion = self._start_champion()
         self.log(f"campaign {self.campaign_id} on {self.config.setting}: champion "
                  f"{champion.name}{' (resumed)' if self.records.resumed else ''}")
         stop_reason = "rounds"
@@ -367,7 +366,7 @@ class Campaign:
                 self.log(f"  new champion {champion.name}: "
                          f"{champion_result['compare']['median_speedup']:.3f}x the previous")
             self.kernel_step(champion, round_)
-        final = self.final(champion, start_champion)
+        final = self.final(champion)
         summary = {"campaign_id": self.campaign_id, "setting": self.config.setting,
                    "stop_reason": stop_reason, "champion": champion.to_dict(),
                    "trials_run": self.trials_run, "evaluated": self.evaluated,
@@ -409,7 +408,7 @@ class Campaign:
         if row is not None:
             self.knowledge.append([row])
 
-    def final(self, champion: Recipe, start: Recipe) -> dict:
+    def final(self, champion: Recipe) -> dict:
         """The champion against stock, side by side (skipped when the champion is stock)."""
         if champion.hash() == STOCK.hash():
             return {"speedup_vs_stock": 1.0, "speedup_vs_stock_ci": None,
@@ -420,6 +419,12 @@ class Campaign:
         result = outcome[0][1]
         compare = result.get("compare") or {}
         ci = compare.get("ci95") or [None, None]
+        if result.get("state") != "ok":
+            why = f": {str(result['error'])[:200]}" if result.get("error") else ""
+            return {"speedup_vs_stock": None, "speedup_vs_stock_ci": None,
+                    "final_state": result.get("state"), "final_run_id": result.get("run_id"),
+                    "final_note": f"the champion's A/B against stock ended "
+                                  f"{result.get('state')}{why}"}
         final = {"speedup_vs_stock": compare.get("median_speedup"), "speedup_vs_stock_ci": ci,
                  "speedup_vs_stock_ci_low": ci[0], "speedup_vs_stock_ci_high": ci[1],
                  "final_state": result.get("state"), "final_run_id": result.get("run_id")}

@@ -188,6 +188,11 @@ class CampaignRecords:
         summary = {**summary, "validation_status": run.data.tags.get("validation_status", ""),
                    "stack": "|".join(run.data.tags.get(f"fp.{k}", "") for k in
                                      FINGERPRINT_TAGS[:-1])}
+        existing = self.client.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+        if existing:  # a resumed campaign replaying its rounds: the same version again
+            version = max(existing, key=lambda v: int(v.version))
+            self.client.set_registered_model_alias(name, "champion", version.version)
+            return version.version
         version = self.client.create_model_version(
             name, source=f"{run.info.artifact_uri}/engine", run_id=run_id,
             tags={k: str(v) for k, v in summary.items()},

@@ -65,8 +65,10 @@ def run(args: Args) -> int:
     if ci:
         print(f"  speedup over stock: {summary['speedup_vs_stock']:.3f}x, 95% CI "
               f"[{ci[0]:.3f}, {ci[1]:.3f}] (interleaved A/B, token forcing passed)")
-    else:
+    elif summary.get("speedup_vs_stock") == 1.0:
         print(f"  speedup over stock: 1.000x ({summary.get('final_note', 'champion is stock')})")
+    else:
+        print(f"  speedup over stock: not measured ({summary.get('final_note')})")
     print(f"  stopped by: {summary['stop_reason']}; {summary['trials_run']} trials run")
     print(f"  records: MLflow {summary['tracking_uri']} (experiment {summary['experiment']}, "
           f"model alias specpilot-{summary['setting']}@champion); store {summary['store_dir']}")

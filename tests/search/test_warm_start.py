@@ -2,11 +2,12 @@
 
 Setting A (``cpu_c1_tiny``, gsm8k) and B (``cpu_c1_tiny-code``, mbpp) share the trained tiny pair.
 Both campaigns start from a handicapped recipe (verify block 2 of the drafter's 8: at most one
-draft token per step); on a pair with real acceptance (tau > 4) a wider block wins. A's campaign evaluates every block-size mutation and writes its
-verdicts to the knowledge store. B then gets a budget of one trial: warm (priors on), that trial is
-A's best winner; cold (priors off, same seed), the agent's own order puts A's winner later, so one
-trial does not reach it. (Whether it also wins on B is B's business: mbpp is out of the pair's
-gsm8k domain, and the campaign measures it rather than assuming it.)
+draft token per step); on a pair with real acceptance (tau > 4) a wider block wins. A's campaign
+evaluates every block-size mutation and writes its verdicts to the knowledge store. B then gets a
+budget of one trial: warm (priors on), that trial is A's best winner; cold (priors off, same
+seed), the agent's own order puts A's winner later, so one trial does not reach it. (Whether it
+also wins on B is B's business: mbpp is out of the pair's gsm8k domain, and the campaign measures
+it rather than assuming it.)
 """
 
 from specpilot.recipe import STOCK
