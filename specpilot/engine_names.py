@@ -11,12 +11,19 @@ BUILTIN = {"ar": AR, "stock": STOCK}
 
 
 def recipe_for(setting: Setting, name: str) -> Recipe:
-    """``ar``/``stock``, or ``settings/<setting>/recipes/<name>.json`` (``final`` is the champion)."""
+    """``ar``/``stock``, or ``settings/<setting>/recipes/<name>.json``; ``final`` falls back to the
+    champion the last campaign wrote into the default campaign store (``specpilot search``)."""
     if name in BUILTIN:
         return BUILTIN[name]
     path = setting.directory / "recipes" / f"{name}.json"
     if path.is_file():
         return Recipe.from_json(path)
+    if name == "final":  # the champion of the last campaign in the default campaign store
+        from specpilot.search.driver import default_store_dir
+
+        champion = default_store_dir() / "final" / f"{setting.name}.json"
+        if champion.is_file():
+            return Recipe.from_json(champion)
     known = sorted(set(BUILTIN) | {p.stem for p in (setting.directory / "recipes").glob("*.json")})
     hint = " (the search campaign writes 'final')" if name == "final" else ""
     raise SpecPilotError(f"setting {setting.name} has no engine {name!r}{hint}; known: {known}")

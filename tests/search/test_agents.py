@@ -142,3 +142,17 @@ def test_knowledge_priors_weight_similar_settings(tmp_path):
     assert set(store.priors(CPU, exclude_campaign="c1")) == set()  # c2 shares nothing with CPU
     assert len(store.rows()) == 3
     json.dumps(store.rows())  # plain values
+
+
+def test_final_engine_is_the_last_campaigns_champion(tmp_path, monkeypatch):
+    from specpilot.engine_names import recipe_for
+    from specpilot.settings import load_setting
+
+    setting = load_setting("cpu_c1_tiny")
+    monkeypatch.setenv("SPECPILOT_CAMPAIGN_DIR", str(tmp_path))
+    with pytest.raises(SpecPilotError, match="the search campaign writes 'final'"):
+        recipe_for(setting, "final")
+    (tmp_path / "final").mkdir()
+    champion = STOCK.replace(name="final", block_size=6, gdn_rollback="replay")
+    (tmp_path / "final" / "cpu_c1_tiny.json").write_text(json.dumps(champion.to_dict()))
+    assert recipe_for(setting, "final") == champion
