@@ -1,5 +1,6 @@
 """``specpilot serve`` refuses what it cannot serve before loading any model."""
 
+import os
 import subprocess
 import sys
 
@@ -7,9 +8,10 @@ import pytest
 import torch
 
 
-def _serve(*args: str) -> subprocess.CompletedProcess:
+def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specpilot", "serve", *args],
-                          check=False, capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
 
 
 def test_gpu_flag_on_a_cpu_setting():
@@ -24,8 +26,9 @@ def test_gpu_setting_without_a_gpu():
     assert "Traceback" not in out.stderr
 
 
-def test_unknown_engine():
-    out = _serve("cpu_c1_tiny", "final")
+def test_unknown_engine(tmp_path):
+    # no campaign has run in this (empty) campaign store, so there is no champion to serve
+    out = _serve("cpu_c1_tiny", "final", env={"SPECPILOT_CAMPAIGN_DIR": str(tmp_path)})
     assert out.returncode == 2 and "has no engine 'final'" in out.stderr
 
 
