@@ -213,7 +213,7 @@ class Campaign:
 
         priors = (self.knowledge.priors(self.features, exclude_campaign=self.campaign_id)
                   if self.config.priors else {})
-        tried = frozenset(e["candidate"] for e in self._candidates())
+        tried = frozenset(self._tried)
         context = AgentContext(self.config.setting, self.features, champion, gaps, tried, priors,
                                round_, self.config.seed, self.config.proposals_per_agent)
         task = ray.remote(_run_agent).options(**cpu_helper_options())
@@ -233,9 +233,6 @@ class Campaign:
                     proposals.append(p)
         return proposals
 
-    def _candidates(self) -> list[dict]:
-        return [e for e in self._trial_log if "candidate" in e]
-
     def evaluate(self, champion: Recipe, proposals: list[Proposal], round_: int,
                  kind: str = "candidate") -> list[tuple[Proposal, dict]]:
         jobs = []
@@ -247,7 +244,7 @@ class Campaign:
             meta = {"round": round_, "kind": kind, "mechanism": p.mechanism,
                     "proposal": dataclasses.asdict(p)}
             jobs.append(Job(key, spec, meta))
-            self._trial_log.append({"candidate": p.key(champion), "key": key})
+            self._tried.add(p.key(champion))
         results = self._execute(jobs)
         return [(p, results[job.key]) for p, job in zip(proposals, jobs)]
 
@@ -314,7 +311,7 @@ class Campaign:
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
-        self._trial_log: list[dict] = []
+        self._tried: set[str] = set()  # candidate engines evaluated so far (agents skip them)
         champion = self._start_champion()
         self.log(f"campaign {self.campaign_id} on {self.config.setting}: champion "
                  f"{champion.name}{' (resumed)' if self.records.resumed else ''}")

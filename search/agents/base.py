@@ -4,6 +4,7 @@ An agent is deterministic for a given context and seed: the same records give th
 which is what lets a restarted driver regenerate a round and skip the trials it already finished.
 """
 
+import abc
 import dataclasses
 
 from specpilot.fingerprint import stable_hash
@@ -46,7 +47,7 @@ class AgentContext:
     """At most this many proposals from one agent per round."""
 
 
-class ProposalAgent:
+class ProposalAgent(abc.ABC):
     """Subclasses set ``name`` and implement ``propose``; proposals already tried are dropped."""
 
     name = "base"
@@ -54,8 +55,9 @@ class ProposalAgent:
     def __init__(self, config=None):
         self.config = config
 
+    @abc.abstractmethod
     def propose(self, context: AgentContext) -> list[Proposal]:
-        raise NotImplementedError
+        """This round's proposals, best first (at most ``context.limit``, via ``fresh``)."""
 
     def fresh(self, context: AgentContext, proposals: list[Proposal]) -> list[Proposal]:
         """``proposals`` minus the tried ones, no-ops and duplicates, at most ``context.limit``."""
