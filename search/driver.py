@@ -311,6 +311,17 @@ class Campaign:
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
+        """Run (or resume) the campaign; the workers' GPUs are released when it ends."""
+        try:
+            return self._run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the workers (their GPUs); the records stay."""
+        self.pool.close()
+
+    def _run(self) -> dict:
         self._tried: set[str] = set()  # candidate engines evaluated so far (agents skip them)
         champion = self._start_champion()
         self.log(f"campaign {self.campaign_id} on {self.config.setting}: champion "

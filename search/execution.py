@@ -4,7 +4,9 @@ The driver hands ``run_jobs`` a list of ``Job``s; each finishes with a result wh
 what happened (``ok``, ``invalid``, ``error``, ``crashed``, ``timeout``). A worker that dies
 mid-job (its node went away, its process was killed) raises an actor error here: that attempt is
 reported through ``on_lost`` (the driver records it as KILLED) and the job goes back to the front
-of the queue for another worker, up to ``max_attempts`` attempts in all.
+of the queue for another worker, up to ``max_attempts`` attempts in all. The retry avoids the
+device (node and GPU) it was lost on while the pool has a worker on another device: a GPU that just
+lost a worker is the last place to try again.
 """
 
 import dataclasses
@@ -23,6 +25,21 @@ class Job:
     spec: dict
     meta: dict = dataclasses.field(default_factory=dict)
     attempt: int = 1
+    avoid: tuple | None = None
+    """The device (``WorkerPool.device_of``) this job was lost on; retries go elsewhere."""
+
+
+def pick(pending: deque, idle: list, device_of: Callable, devices: set) -> tuple | None:
+    """The first (job, worker) that may run now: a job with ``avoid`` waits for an idle worker on
+    another device while any worker of the pool (``devices``) is on one."""
+    for job in pending:
+        for worker in idle:
+            device = device_of(worker)
+            if device is None:
+                continue  # not placed yet (waiting for a free GPU)
+            if job.avoid is None or device != job.avoid or devices <= {job.avoid}:
+                return job, worker
+    return None
 
 
 def _actor_errors() -> tuple:
@@ -50,13 +67,29 @@ def run_jobs(pool, jobs: list[Job], timeout_s: float, max_attempts: int,
     pending = deque(jobs)
     idle = list(pool.workers)
     inflight: dict = {}  # ref -> (job, worker, deadline)
+    unplaced_since = None
     while pending or inflight:
         while pending and idle:
-            worker, job = idle.pop(0), pending.popleft()
+            chosen = pick(pending, idle, pool.device_of, pool.devices())
+            if chosen is None:
+                break
+            job, worker = chosen
+            pending.remove(job)
+            idle.remove(worker)
             ref = worker.run.remote(job.spec, timeout_s)
             inflight[ref] = (job, worker, time.monotonic() + timeout_s + GRACE_S)
             if on_start is not None:
                 on_start(job, worker)
+        if not inflight:  # every idle worker is still waiting for a GPU
+            unplaced_since = unplaced_since or time.monotonic()
+            if time.monotonic() - unplaced_since > timeout_s + GRACE_S:
+                from specpilot.errors import SpecPilotError
+
+                raise SpecPilotError(f"no worker got a GPU in {timeout_s + GRACE_S:g} s "
+                                     f"({len(pending)} job(s) waiting)")
+            time.sleep(POLL_S)
+            continue
+        unplaced_since = None
         ready, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_S)
         now = time.monotonic()
         overdue = [ref for ref, (_, _, deadline) in inflight.items()
@@ -71,12 +104,14 @@ def run_jobs(pool, jobs: list[Job], timeout_s: float, max_attempts: int,
             except (*lost_errors, TimeoutError) as err:
                 lost = {"state": "worker_lost", "error": f"{type(err).__name__}: {err}"[:2000],
                         "worker": {"actor_id": worker._actor_id.hex()}, "attempt": job.attempt}
+                lost["worker"]["device"] = pool.device_of(worker)
                 if on_lost is not None:
                     on_lost(job, lost)
                 pool.replace(worker)
                 idle.append(pool.workers[-1])
                 if job.attempt < max_attempts:
-                    pending.appendleft(dataclasses.replace(job, attempt=job.attempt + 1))
+                    pending.appendleft(dataclasses.replace(job, attempt=job.attempt + 1,
+                                                           avoid=pool.device_of(worker)))
                 else:
                     on_done(job, {**lost, "state": "crashed",
                                   "error": f"worker lost on all {job.attempt} attempts: "

@@ -140,6 +140,8 @@ class CampaignRecords:
             tags["error"] = str(result.get("error", ""))[:4000]
         worker = result.get("worker") or {}
         tags.update({f"worker.{k}": str(v) for k, v in worker.items() if v is not None})
+        device = result.get("device") or {}
+        tags.update({f"device.{k}": str(v) for k, v in device.items() if v})
         fp = result.get("fingerprint") or {}
         tags.update({f"fp.{k}": str(fp[k]) for k in FINGERPRINT_TAGS if k in fp})
         run = self.client.create_run(self.experiment_id, run_name=f"r{round_}:{name}", tags=tags)

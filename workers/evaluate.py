@@ -16,6 +16,7 @@ Job kinds:
 """
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -205,6 +206,18 @@ KINDS = {"measure": measure, "candidate": candidate, "kernel": kernel,
          "kernel_survey": kernel_survey}
 
 
+def _device(device: str) -> dict:
+    """Which device this job ran on (a campaign proves no GPU was shared by two workers)."""
+    import torch
+
+    out = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if device == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        out.update({"name": props.name, "uuid": str(getattr(props, "uuid", "")),
+                    "pci_bus_id": getattr(props, "pci_bus_id", None)})
+    return out
+
+
 def run_job(job: dict) -> dict:
     """Run one job in this process; exceptions become an ``error`` result (the trial failed)."""
     from specpilot.fingerprint import current
@@ -220,7 +233,7 @@ def run_job(job: dict) -> dict:
         if kind == "candidate" and not body["valid"]:
             state = "invalid"
         return {"state": state, **body, "elapsed_s": time.monotonic() - start,
-                "fingerprint": current(device).to_dict()}
+                "fingerprint": current(device).to_dict(), "device": _device(device)}
     except Exception as err:  # noqa: BLE001 - any failure of a candidate is a recorded trial state
         return {"state": "error", "error": f"{type(err).__name__}: {err}",
                 "traceback": traceback.format_exc()[-4000:], "elapsed_s": time.monotonic() - start}

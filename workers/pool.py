@@ -11,8 +11,10 @@ a crash, an out-of-memory kill or a hang costs one subprocess and is reported as
 as an actor error; the driver records that attempt and re-runs the job elsewhere.
 """
 
+import ctypes
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +32,15 @@ def worker_resources(gpu: str) -> dict:
     if gpu in ACCELERATOR_TYPES:
         options["resources"] = {f"accelerator_type:{ACCELERATOR_TYPES[gpu]}": 0.001}
     return options
+
+
+def _die_with_parent() -> None:
+    """In the evaluation subprocess: be killed when the worker dies, so a killed worker never
+    leaves an orphan holding its GPU (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _tail(text: str, limit: int = 3000) -> str:
@@ -68,7 +79,7 @@ class Worker:
                 proc = subprocess.run(
                     [sys.executable, "-m", "specpilot.workers.evaluate", str(job_path),
                      str(result_path)], env=env, capture_output=True, text=True,
-                    timeout=timeout_s)
+                    timeout=timeout_s, preexec_fn=_die_with_parent)
             except subprocess.TimeoutExpired as err:
                 return {"state": "timeout", "error": f"no result after {timeout_s:g} s",
                         "stderr": _tail(err.stderr.decode() if isinstance(err.stderr, bytes)
@@ -92,7 +103,10 @@ def remote_worker_class():
 
 
 class WorkerPool:
-    """``size`` GPU workers for one setting; dead ones are dropped and, if possible, replaced."""
+    """``size`` GPU workers for one setting; dead ones are dropped and, if possible, replaced.
+
+    Each worker's device -- (node id, Ray GPU ids) -- is learned once it is placed, without
+    blocking: a worker still waiting for a free GPU has none yet and gets no job."""
 
     def __init__(self, gpu: str, size: int, env: dict | None = None):
         import ray
@@ -101,9 +115,32 @@ class WorkerPool:
         self._cls = remote_worker_class()
         self.options = worker_resources(gpu)
         self.workers = []
+        self._where: dict[str, object] = {}  # actor id -> describe() ref, then its device
         self._check_capacity(ray)
         for _ in range(size):
             self.workers.append(self._spawn())
+
+    def device_of(self, worker) -> tuple | None:
+        """(node id, GPU ids) of ``worker`` once placed, else None (never blocks)."""
+        import ray
+
+        key = worker._actor_id.hex()
+        known = self._where.get(key)
+        if known is None or isinstance(known, tuple):
+            return known
+        ready, _ = ray.wait([known], timeout=0)
+        if not ready:
+            return None
+        try:
+            info = ray.get(ready[0])
+        except Exception:  # noqa: BLE001 - died before it was placed: it has no device
+            return None
+        self._where[key] = (info.get("node_id"), tuple(info.get("gpu_ids") or ()))
+        return self._where[key]
+
+    def devices(self) -> set:
+        """The devices of the live workers placed so far."""
+        return {d for d in map(self.device_of, self.workers) if d is not None}
 
     def _check_capacity(self, ray) -> None:
         from specpilot.errors import SpecPilotError
@@ -118,7 +155,21 @@ class WorkerPool:
                 f"with GPUs of that type (on a CPU box: ray start --head --num-gpus N)")
 
     def _spawn(self):
-        return self._cls.options(**self.options).remote(self.env)
+        worker = self._cls.options(**self.options).remote(self.env)
+        self._where[worker._actor_id.hex()] = worker.describe.remote()
+        return worker
+
+    def close(self) -> None:
+        """Kill every worker: their GPUs go back to the cluster (a driver process may run several
+        campaigns; each pool holds its GPUs only while its campaign runs)."""
+        import ray
+
+        for worker in self.workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.workers = []
 
     def replace(self, dead) -> None:
         """Drop ``dead`` and start a replacement (it waits for a free GPU, wherever one is)."""
