@@ -39,7 +39,15 @@ def start_ray(num_gpus: int | None, cpu: bool) -> dict:
     if cpu:
         kwargs["num_gpus"] = num_gpus or 2  # logical GPUs on a CPU box
     ray.init(**kwargs)
-    return {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
+    resources = ray.cluster_resources()
+    if not cpu and not any(k.startswith("accelerator_type:") for k in resources):
+        import torch  # Ray did not name the GPU type: label the node the way Ray would
+
+        name = torch.cuda.get_device_name(0).split()[-1]
+        ray.shutdown()
+        ray.init(**kwargs, resources={f"accelerator_type:{name}": 1.0})
+        resources = ray.cluster_resources()
+    return {k: v for k, v in resources.items() if not k.startswith("node:")}
 
 
 def make_campaign(setting: str, workers: int, store: Path, per_agent: int, gpu: bool,
