@@ -2,20 +2,29 @@
 calibrated prediction.
 
 Floor: bytes over the read ceiling (or FLOPs over the bf16 rate) of the phase — what no kernel can
-beat. Prediction: the floor scaled by the efficiency the *AR step* of the same engine build reaches
-on this GPU (measured AR ms / AR floor), i.e. "this phase would run as close to its ceiling as
-plain decoding does". A phase whose measured time exceeds its prediction is where the engine wastes
+beat. Prediction: ``floor * efficiency + kernels * launch_us``. Each phase's kernels (counted from the
+engine's own step functions, :func:`specpilot.costmodel.kernel_counts`) pay a fixed cost
+``launch_us`` each, measured on the worker's GPU by the ``measure`` job (else the SKU table's); the
+rest of the time is bandwidth-bound, at the efficiency the *AR step* of the same engine build
+reaches once its own kernels' fixed cost is taken out, i.e. "this phase would run as close to its
+ceiling as plain decoding does". Without a launch cost the prediction is the floor scaled by AR
+measured / AR floor. A phase whose measured time exceeds its prediction is where the engine wastes
 more than AR does — the campaign pushes there first. ``prediction_error`` says how far the
 calibrated model is from the measurement (the acceptance check asks for 20%).
 """
 
 from specpilot.costmodel import GPUS
+from specpilot.costmodel import bandwidth_efficiency
 from specpilot.costmodel import engine_costs
 from specpilot.costmodel import gap_table
+from specpilot.costmodel import kernel_counts
+from specpilot.costmodel import predicted_ms
 
 
 def gap_rows(setting, features: dict, measured: dict, recipe, context: int = 512) -> list[dict]:
-    """Rows {phase, measured_ms, floor_ms, gap, excess_ms[, predicted_ms, prediction_error]}."""
+    """Rows {phase, measured_ms, floor_ms, gap, excess_ms[, predicted_ms, prediction_error,
+    num_kernels, launch_ms, bw_efficiency]}; ``num_kernels``/``launch_ms`` are None when no
+    launch cost is known (CPU workers, an unmeasured GPU)."""
     from specpilot.search.catalog import model_configs
 
     if measured.get("state") not in (None, "ok") or not measured.get("phases_ms"):
@@ -24,18 +33,28 @@ def gap_rows(setting, features: dict, measured: dict, recipe, context: int = 512
     if gpu is None:
         return []
     target, drafter = model_configs(setting)
+    drafter = drafter if recipe.speculative else None
     block = recipe.block_size or features.get("block_size") or 1
-    costs = engine_costs(target, drafter if recipe.speculative else None, gpu, block, context,
-                         recipe.gdn_rollback)
+    costs = engine_costs(target, drafter, gpu, block, context, recipe.gdn_rollback)
     phases = dict(measured["phases_ms"])
     if not recipe.speculative:
         phases = {"ar": phases.get("verify", 0.0)}
     rows = gap_table(costs, {k: v for k, v in phases.items() if k in costs})
     ar_ms = measured.get("ar_ms_per_step")
     if ar_ms and costs["ar"].floor_ms > 0:
-        efficiency = ar_ms / costs["ar"].floor_ms  # >= 1: how far AR sits above its floor
+        launch_us = measured.get("launch_us") or gpu.launch_us  # this worker's GPU first
+        kernels = {}
+        if launch_us:
+            kernels = kernel_counts(target, drafter, recipe)
+        efficiency = bandwidth_efficiency(costs["ar"].floor_ms, ar_ms, kernels.get("ar", 0),
+                                          launch_us or 0.0)
         for row in rows:
-            row["predicted_ms"] = row["floor_ms"] * efficiency
+            num_kernels = kernels.get(row["phase"])
+            row["num_kernels"] = num_kernels
+            row["launch_ms"] = num_kernels * launch_us / 1e3 if num_kernels is not None else None
+            row["bw_efficiency"] = efficiency
+            row["predicted_ms"] = predicted_ms(row["floor_ms"], efficiency, num_kernels or 0,
+                                               launch_us or 0.0)
             row["prediction_error"] = (row["predicted_ms"] - row["measured_ms"]) / \
                 row["measured_ms"] if row["measured_ms"] else None
         rows.sort(key=lambda r: -(r["measured_ms"] - r["predicted_ms"]))

@@ -124,9 +124,13 @@ def resolve(source: ModelSource, setting: Setting, role: str) -> Path | dict:
         return json.loads(path.read_text())
     if kind == "hf":
         return _hf_snapshot(rest)
-    path = Path(source.source).expanduser()
+    from specpilot.tiny import home
+
+    path = Path(os.path.expandvars(source.source.replace("$SPECPILOT_HOME", str(home())))
+                ).expanduser()
     if not path.is_dir():
-        raise SpecPilotError(f"setting {setting.name}: {role} checkpoint directory {path} not found")
+        raise SpecPilotError(f"setting {setting.name}: {role} checkpoint directory {path} not found"
+                             f"{'; ' + setting.description.strip().splitlines()[-1] if setting.description else ''}")
     return path
 
 

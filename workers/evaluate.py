@@ -71,6 +71,7 @@ def _replay(models, workload, speculative: bool):
 
 def measure(job: dict) -> dict:
     from specpilot.bench import bench_engine
+    from specpilot.costmodel import measure_launch_us
 
     recipe = job["recipe"]
     models = _models(job["setting"], recipe.get("speculative", True))
@@ -91,7 +92,8 @@ def measure(job: dict) -> dict:
     return {"ar_ms_per_step": ar_ms,"ms_per_token": summary.get("ms_per_token", {}).get("median")
             if isinstance(summary.get("ms_per_token"), dict) else summary.get("ms_per_token"),
             "tau": summary.get("tau"), "phases_ms": summary["phases"]["ms_per_step"],
-            "acceptance": body["acceptance"], "block_size": engine.block_size}
+            "acceptance": body["acceptance"], "block_size": engine.block_size,
+            "launch_us": measure_launch_us(engine.device)}  # the gap table's per-kernel cost
 
 
 def candidate(job: dict) -> dict:

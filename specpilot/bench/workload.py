@@ -57,8 +57,40 @@ def workload_for(setting, tokenizer, dataset: str | None = None, num_prompts: in
     return Workload(name, ids, params, tuple(texts))
 
 
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+"""Measured acceptance profiles shipped with the package (Parquet, one row per accept length)."""
+
+
+def measured_profile(spec: str, block_size: int):
+    """``profile:NAME#DATASET``: the accept-length histogram of pair NAME on DATASET, measured with
+    the stock engine and stored in ``specpilot/data/profiles/NAME.parquet``."""
+    import pyarrow.parquet as pq
+
+    from specpilot.engines.drafters.replay import AcceptanceProfile
+
+    name, _, dataset = spec[len("profile:"):].partition("#")
+    path = PROFILES_DIR / f"{name}.parquet"
+    if not name or not dataset:
+        raise SpecPilotError(f"acceptance profile {spec!r}: expected profile:NAME#DATASET")
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILES_DIR.glob("*.parquet"))
+        raise SpecPilotError(f"acceptance profile {spec!r}: no {path.name} (shipped: {known})")
+    rows = [r for r in pq.read_table(path).to_pylist() if r["dataset"] == dataset]
+    if not rows:
+        raise SpecPilotError(f"acceptance profile {spec!r}: no rows for dataset {dataset!r}")
+    measured_block = rows[0]["block_size"]
+    if measured_block != block_size:
+        raise SpecPilotError(f"acceptance profile {spec!r} was measured at block size "
+                             f"{measured_block}, not {block_size}")
+    counts = [0] * block_size
+    for r in rows:
+        counts[r["accept_length"] - 1] += r["count"]  # k drafts accepted + the bonus token
+    return AcceptanceProfile.from_histogram(counts, name=spec)
+
+
 def load_profile(spec: str, block_size: int, setting_dir: Path):
-    """An ``AcceptanceProfile`` for ``block_size`` from ``tau:<mean>`` or a histogram JSON file."""
+    """An ``AcceptanceProfile`` for ``block_size`` from ``tau:<mean>``, ``profile:NAME#DATASET``
+    (a shipped measured profile) or a histogram JSON file next to the setting."""
     from specpilot.engines.drafters.replay import AcceptanceProfile
 
     if spec.startswith("tau:"):
@@ -66,6 +98,8 @@ def load_profile(spec: str, block_size: int, setting_dir: Path):
             return AcceptanceProfile.parametric(float(spec[4:]), block_size)
         except ValueError as err:
             raise SpecPilotError(f"acceptance profile {spec!r}: {err}") from err
+    if spec.startswith("profile:"):
+        return measured_profile(spec, block_size)
     path = Path(setting_dir) / spec
     try:
         data = json.loads(path.read_text())

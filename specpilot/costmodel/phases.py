@@ -5,12 +5,17 @@ Per step of one request at context length L:
 - ``ar``: every target weight once, the KV of L tokens for attention layers, the recurrent state of
   Gated-DeltaNet layers read and written once;
 - ``verify`` (B rows): the same weights once (B rows share each read), KV for L + B, GDN state read,
-  and with ``snapshot`` rollback B states written;
-- ``draft`` (Q rows): every drafter weight, its windowed context KV, and the target's lm_head read again
-  for the Q - 1 proposal rows;
-- ``commit``: snapshot = one state copy per GDN layer; replay = the recurrence re-run (state read +
-  write).
-The floor of a phase is its bytes over the read ceiling (or FLOPs over the bf16 rate when larger).
+  and with ``snapshot`` rollback B states written; then the drafter's context injection of the B
+  rows (``commit_context``: its ``fc`` and every layer's k/v projections, and their KV writes);
+- ``draft`` (Q rows): the drafter's other weights (its k/v projections again, for the block rows),
+  its windowed context KV, and the target's lm_head read again for the Q - 1 proposal rows;
+- ``commit``: every attention layer's slot positions (target and drafter) read and rewritten, every
+  GDN layer's conv state gathered out of the pending window and its recurrent state restored:
+  snapshot = one state copy; replay = the recurrence re-run over the B pending rows (state read and
+  written, their q, k, v, g, beta read).
+The floor of a phase is its bytes over the read ceiling (or FLOPs over the bf16 rate when larger):
+what the phase's mechanism must move, not what the engine's kernels move (the snapshot commit
+copies through a temporary, twice the bytes).
 """
 
 import dataclasses
@@ -37,10 +42,18 @@ def _meta_model(config: dict, dtype=torch.bfloat16):
         return model_class(config)(config).to(dtype)
 
 
-def _linear_bytes_flops(model, rows: int, skip=()) -> tuple[float, float]:
+_CONTEXT_LINEARS = ("fc", ".self_attn.k_proj", ".self_attn.v_proj")
+"""The drafter Linears ``DFlashDraftModel.commit_context`` runs on the verified rows."""
+
+
+def _is_context_linear(name: str) -> bool:
+    return name == _CONTEXT_LINEARS[0] or name.endswith(_CONTEXT_LINEARS[1:])
+
+
+def _linear_bytes_flops(model, rows: int, keep=lambda name: True) -> tuple[float, float]:
     num_bytes = flops = 0.0
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and not any(name.startswith(s) for s in skip):
+        if isinstance(module, torch.nn.Linear) and keep(name):
             n, k = module.weight.shape
             num_bytes += n * k * module.weight.element_size() + 2 * rows * (n + k)
             flops += 2.0 * rows * n * k
@@ -81,25 +94,53 @@ def engine_costs(target_config: dict, drafter_config: dict | None, gpu: Gpu, blo
         return out
     drafter = _meta_model(drafter_config)
     q_rows = drafter.query_rows(block_size)
+    kv_row = [2 * layer.self_attn.num_kv_heads * layer.self_attn.head_dim * 2
+              for layer in drafter.layers]  # K and V bytes of one context row, per drafter layer
     v_bytes, v_flops = _linear_bytes_flops(target, block_size)
     reads, writes = _state_bytes(target, context, block_size, rollback)
-    add("verify", v_bytes + emb * block_size + reads + writes, v_flops)
-    d_bytes, d_flops = _linear_bytes_flops(drafter, q_rows)
+    c_bytes, c_flops = _linear_bytes_flops(drafter, block_size, _is_context_linear)
+    add("verify", v_bytes + emb * block_size + reads + writes + c_bytes + sum(kv_row) * block_size,
+        v_flops + c_flops)
+    d_bytes, d_flops = _linear_bytes_flops(drafter, q_rows, lambda name: name != "fc")
     head = target.lm_head.weight
     head_bytes = head.numel() * head.element_size()
     window = drafter.window() or context
-    kv = sum(2 * layer.self_attn.num_kv_heads * layer.self_attn.head_dim * 2 * min(context, window)
-             for layer in drafter.layers)
+    kv = sum(kv_row) * min(context, window)
     add("draft", d_bytes + head_bytes + kv, d_flops + 2.0 * (q_rows - 1) * head.numel())
-    gdn_state = sum(4 * s.recurrent[0].numel() for s in _gdn_states(target))
-    add("commit", 2 * gdn_state, 0.0)
+    add("commit", _commit_bytes(target, drafter, context, block_size, rollback), 0.0)
     return out
 
 
-def _gdn_states(model):
+def _commit_bytes(target, drafter, context: int, rows: int, rollback: str) -> float:
+    """Bytes one commit of ``rows`` pending rows must move (see the module docstring)."""
     with torch.device("meta"):
-        cache = model.new_cache(1, 8, "replay")
-    return [layer for layer in cache.layers if isinstance(layer, GDNState)]
+        layers = target.new_cache(1, context + rows, rollback).layers + \
+            drafter.new_cache(1, context + rows).layers
+    total = 0.0
+    for layer in layers:
+        if isinstance(layer, KVCache):  # positions past the kept rows are marked empty
+            total += 2 * layer.pos.numel() * layer.pos.element_size()
+        elif isinstance(layer, GDNState):
+            conv = layer.conv.numel() * layer.conv.element_size()
+            state = layer.recurrent.numel() * layer.recurrent.element_size()
+            total += 2 * conv + 2 * state
+            if rollback == "replay":  # q, k, v (the conv channels) and fp32 g, bf16 beta per row
+                channels, heads = layer.conv.shape[1], layer.recurrent.shape[1]
+                total += rows * (channels * layer.conv.element_size() + heads * (4 + 2))
+    return total
+
+
+def bandwidth_efficiency(ar_floor_ms: float, ar_ms: float, ar_kernels: int = 0,
+                         launch_us: float = 0.0) -> float:
+    """How far the AR step's bandwidth-bound time sits above its floor (>= 1), once the fixed cost
+    of its kernels is taken out: ``(ar_ms - ar_kernels * launch_us) / ar_floor_ms``."""
+    return max(1.0, (ar_ms - ar_kernels * launch_us / 1e3) / ar_floor_ms)
+
+
+def predicted_ms(floor_ms: float, efficiency: float, num_kernels: int = 0,
+                 launch_us: float = 0.0) -> float:
+    """A phase's time: its floor at the AR step's bandwidth efficiency, plus its kernels' fixed cost."""
+    return floor_ms * efficiency + num_kernels * launch_us / 1e3
 
 
 def speedup_bound(costs: dict[str, PhaseCost], tau: float) -> float:

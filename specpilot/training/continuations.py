@@ -31,28 +31,30 @@ def greedy_continuations(target, prompts: list[list[int]], num_new_tokens: int,
                          store_dtype: torch.dtype = torch.bfloat16) -> list[Continuation]:
     """``num_new_tokens`` greedy tokens after each prompt (end-of-text ignored), with features."""
     out = []
+    device = target.lm_head.weight.device
     for first in range(0, len(prompts), batch_size):
         chunk = prompts[first:first + batch_size]
         lengths = [len(p) for p in chunk]
         cache = target.new_cache(len(chunk), max(lengths) + num_new_tokens)
         features, next_ids = [], []
         for row, prompt in enumerate(chunk):
-            ids = torch.tensor([prompt])
-            result = target.prefill(ids, torch.arange(len(prompt))[None],
+            ids = torch.tensor([prompt], device=device)
+            result = target.prefill(ids, torch.arange(len(prompt), device=device)[None],
                                     cache.rows(slice(row, row + 1)), capture=capture)
             features.append([result.aux[0].to(store_dtype)])
-            next_ids.append(int(result.logits[0, -1].argmax()))
-        generated = [[t] for t in next_ids]
-        current = torch.tensor(next_ids)[:, None]
-        positions = torch.tensor(lengths)[:, None]
+            next_ids.append(result.logits[0, -1].argmax())
+        current = torch.stack(next_ids)[:, None]
+        generated = [current]
+        positions = torch.tensor(lengths, device=device)[:, None]
         for _ in range(num_new_tokens - 1):
             result = target(current, positions, cache, capture=capture)
             current = result.logits[:, -1].argmax(dim=-1, keepdim=True)
             positions = positions + 1
+            generated.append(current)
             for row in range(len(chunk)):
                 features[row].append(result.aux[row].to(store_dtype))
-                generated[row].append(int(current[row, 0]))
+        generated = torch.cat(generated, dim=1).tolist()  # one device->host read per chunk
         for row, prompt in enumerate(chunk):
-            out.append(Continuation(torch.tensor(prompt + generated[row]),
+            out.append(Continuation(torch.tensor(prompt + generated[row], device=device),
                                     torch.cat(features[row]), len(prompt)))
     return out

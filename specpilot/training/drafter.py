@@ -61,16 +61,17 @@ def _context_cache(drafter, num_rows: int, capacity: int):
 def block_rows(sequences, anchors: list[list[int]], block_size: int, mask_token_id: int):
     """(row -> sequence index [R], block ids [R, B], positions [R, B], labels [R, B-1])."""
     seq_index, blocks, positions, labels = [], [], [], []
-    offsets = torch.arange(block_size)
+    offsets = torch.arange(block_size, device=sequences[0].token_ids.device)
     for s, (seq, seq_anchors) in enumerate(zip(sequences, anchors)):
         for p in seq_anchors:
             seq_index.append(s)
             window = seq.token_ids[p:p + block_size]
-            blocks.append(torch.cat([window[:1], torch.full((block_size - 1,), mask_token_id)]))
+            blocks.append(torch.cat([window[:1], torch.full((block_size - 1,), mask_token_id,
+                                                            device=window.device)]))
             positions.append(p + offsets)
             labels.append(window[1:])
-    return (torch.tensor(seq_index), torch.stack(blocks), torch.stack(positions),
-            torch.stack(labels))
+    return (torch.tensor(seq_index, device=offsets.device), torch.stack(blocks),
+            torch.stack(positions), torch.stack(labels))
 
 
 def block_diffusion_loss(drafter, target, sequences, anchors, recipe: DrafterTraining):
@@ -81,17 +82,20 @@ def block_diffusion_loss(drafter, target, sequences, anchors, recipe: DrafterTra
     seq_index, block_ids, positions, labels = block_rows(sequences, anchors, block,
                                                          drafter.mask_token_id)
     capacity = max(len(seq.features) for seq in sequences)
-    features = torch.zeros(len(sequences), capacity, sequences[0].features.shape[-1])
+    device = block_ids.device
+    features = torch.zeros(len(sequences), capacity, sequences[0].features.shape[-1],
+                           device=device)
     for s, seq in enumerate(sequences):  # padding rows sit after every anchor: never visible
         features[s, :len(seq.features)] = seq.features.float()
     context = _context_cache(drafter, len(sequences), capacity)
     commit = inspect.unwrap(DFlashDraftModel.commit_context)
-    commit(drafter, features, torch.arange(capacity).expand(len(sequences), -1), context)
+    commit(drafter, features, torch.arange(capacity, device=device).expand(len(sequences), -1),
+           context)
     forward = inspect.unwrap(DFlashDraftModel.forward)
     hidden = forward(drafter, target.draft_embed(block_ids), positions,
                      context.rows(seq_index))[:, 1:]  # row 0 (the anchor) is not decoded
     logits = drafter.compute_logits(hidden, target.lm_head)  # [R, B-1, V]
-    weights = torch.exp(-torch.arange(block - 1) / recipe.position_decay)
+    weights = torch.exp(-torch.arange(block - 1, device=device) / recipe.position_decay)
     weights = weights / weights.sum()
     token_ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
     loss = (token_ce.view_as(labels) * weights).sum(-1).mean()
@@ -123,13 +127,16 @@ def _sample_anchors(sequences, count: int, block_size: int, generator) -> list[l
     return anchors
 
 
-def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraining(), log=print):
-    """Train ``DRAFTER_CONFIG`` against a frozen ``target``; returns (drafter in eval mode, summary)."""
+def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraining(), log=print,
+                  config: dict = DRAFTER_CONFIG, budget_s: float | None = None):
+    """Train ``config`` against a frozen ``target`` (on the target's device); returns (drafter in
+    eval mode, summary). ``budget_s``: stop early after this many seconds (steps done recorded)."""
     from specpilot.engines.models import random_model
 
     torch.manual_seed(recipe.seed)
     target.requires_grad_(False)
-    drafter = random_model(DRAFTER_CONFIG, seed=recipe.seed + 1).train()
+    device = target.lm_head.weight.device
+    drafter = random_model(config, device=device, seed=recipe.seed + 1).train()
     drafter.requires_grad_(True)
     drafter.check_target(target)
     short = [i for i, c in enumerate(continuations)
@@ -141,8 +148,11 @@ def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraini
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
                                   weight_decay=recipe.weight_decay)
     order, cursor = torch.randperm(len(continuations), generator=generator), 0
-    start, recent, history = time.perf_counter(), [], []
+    start, recent, history, steps_done = time.perf_counter(), [], [], 0
     for step in range(recipe.num_steps):
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            log(f"drafter: time budget {budget_s:g} s reached after {step} steps")
+            break
         if cursor + recipe.sequences_per_step > len(order):
             order, cursor = torch.randperm(len(continuations), generator=generator), 0
         batch = [continuations[i] for i in order[cursor:cursor + recipe.sequences_per_step]]
@@ -156,8 +166,10 @@ def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraini
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), recipe.grad_clip)
         optimizer.step()
-        recent.append((float(loss.detach()), stats["selector_acc" if "selector_acc" in stats else "acc"]))
+        recent.append((loss.detach(), stats["selector_acc" if "selector_acc" in stats else "acc"]))
+        steps_done = step + 1
         if (step + 1) % 50 == 0 or step + 1 == recipe.num_steps:
+            recent = [(float(r[0]), r[1]) for r in recent]
             mean_loss = sum(r[0] for r in recent) / len(recent)
             acc = torch.stack([r[1] for r in recent]).mean(0)
             history.append({"step": step + 1, "loss": round(mean_loss, 4),
@@ -168,5 +180,6 @@ def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraini
             recent = []
     drafter.eval().requires_grad_(False)
     summary = {"recipe": dataclasses.asdict(recipe), "num_sequences": len(continuations),
+               "steps_done": steps_done,
                "history": history, "train_s": round(time.perf_counter() - start, 1)}
     return drafter, summary

@@ -72,28 +72,39 @@ def lm_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
     from specpilot.engines.models.target import TargetModel
 
     batch, num_tokens = input_ids.shape
-    positions = torch.arange(num_tokens).expand(batch, num_tokens)
+    positions = torch.arange(num_tokens, device=input_ids.device).expand(batch, num_tokens)
     cache = model.new_cache(batch, num_tokens, rollback="replay")
     forward = inspect.unwrap(TargetModel.forward)  # the same code, without inference mode
     return forward(model, input_ids, positions, cache, commit_all=False).logits
 
 
-def train_target(tokenizer, recipe: TargetTraining = TargetTraining(), log=print):
-    """Train ``TARGET_CONFIG`` from seeded random weights; returns (model in eval mode, summary dict)."""
+def train_target(tokenizer, recipe: TargetTraining = TargetTraining(), log=print,
+                 config: dict = TARGET_CONFIG, stream: torch.Tensor | None = None,
+                 device: str = "cpu", budget_s: float | None = None):
+    """Train ``config`` from seeded random weights; returns (model in eval mode, summary dict).
+
+    ``stream``: the token stream to train on (default: gsm8k train, see :func:`gsm8k_stream`);
+    ``device``: where to train (fp32 weights; on CUDA matmuls may use TF32); ``budget_s``: stop
+    early after this many seconds (the summary records the steps done, which reproduce the run)."""
     from specpilot.engines.models import random_model
 
     torch.manual_seed(recipe.seed)
-    model = random_model(TARGET_CONFIG, seed=recipe.seed).train()
+    model = random_model(config, device=device, seed=recipe.seed).train()
     for param in model.parameters():
         param.requires_grad_(True)
-    stream = gsm8k_stream(tokenizer, recipe.seed)
+    if stream is None:
+        stream = gsm8k_stream(tokenizer, recipe.seed)
+    stream = stream.to(device)
     num_chunks = (len(stream) - 1) // recipe.seq_len
     generator = torch.Generator().manual_seed(recipe.seed + 1)
     order = torch.randperm(num_chunks, generator=generator)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
                                   weight_decay=recipe.weight_decay)
-    start, cursor, recent, losses = time.perf_counter(), 0, [], []
+    start, cursor, recent, losses, steps_done = time.perf_counter(), 0, [], [], 0
     for step in range(recipe.num_steps):
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            log(f"target: time budget {budget_s:g} s reached after {step} steps")
+            break
         if cursor + recipe.batch_size > num_chunks:  # next epoch, new order
             order, cursor = torch.randperm(num_chunks, generator=generator), 0
         starts = order[cursor:cursor + recipe.batch_size] * recipe.seq_len
@@ -107,14 +118,17 @@ def train_target(tokenizer, recipe: TargetTraining = TargetTraining(), log=print
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
         optimizer.step()
-        recent.append(float(loss.detach()))
+        recent.append(loss.detach())
+        steps_done = step + 1
         if (step + 1) % 25 == 0 or step + 1 == recipe.num_steps:
+            recent = [float(x) for x in recent]
             losses.append((step + 1, sum(recent) / len(recent)))
             log(f"target step {step + 1}/{recipe.num_steps}: loss {losses[-1][1]:.3f} "
                 f"({time.perf_counter() - start:.0f} s)")
             recent = []
     model.eval().requires_grad_(False)
     summary = {"recipe": dataclasses.asdict(recipe), "num_tokens_in_corpus": len(stream),
-               "num_tokens_seen": recipe.num_steps * recipe.batch_size * recipe.seq_len,
+               "steps_done": steps_done,
+               "num_tokens_seen": steps_done * recipe.batch_size * recipe.seq_len,
                "loss_by_step": losses, "train_s": round(time.perf_counter() - start, 1)}
     return model, summary

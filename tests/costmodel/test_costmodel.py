@@ -34,7 +34,30 @@ def test_phase_floors_are_ordered(costs):
     assert costs["verify"].floor_ms < 1.1 * costs["ar"].floor_ms  # still memory-bound at M = 8
     # drafter (1.92 B parameters) + the target lm_head again for the proposals
     assert 1.5e9 * 2 < costs["draft"].bytes < 2.2e9 * 2 + 248320 * 5120 * 2
-    assert costs["commit"].bytes == pytest.approx(48 * 48 * 128 * 128 * 4 * 2)
+    # 48 GDN layers: fp32 state [48, 128, 128] and bf16 conv state [10240, 3] read and written;
+    # 16 target + 5 drafter attention layers: int64 slot positions (256 + 8 slots) read and written
+    state, conv, positions = 48 * 128 * 128 * 4, 10240 * 3 * 2, (256 + 8) * 8
+    assert costs["commit"].bytes == pytest.approx(48 * 2 * (state + conv) + 21 * 2 * positions)
+
+
+def test_replay_commit_reads_the_pending_rows():
+    target = json.loads((SETTING / "target_config.json").read_text())
+    drafter = json.loads((SETTING / "drafter_config.json").read_text())
+    snapshot, replay = (engine_costs(target, drafter, GPUS["h200"], 8, 256, rollback)["commit"]
+                        for rollback in ("snapshot", "replay"))
+    # per GDN layer and row: q, k, v (10240 bf16 conv channels), fp32 g and bf16 beta per v head
+    assert replay.bytes - snapshot.bytes == pytest.approx(48 * 8 * (10240 * 2 + 48 * 6))
+
+
+def test_the_drafter_context_fusion_is_read_in_verify(costs):
+    # commit_context runs fc [5120, ids * 5120] on the verified rows (verify), never in draft
+    target = json.loads((SETTING / "target_config.json").read_text())
+    drafter = json.loads((SETTING / "drafter_config.json").read_text())
+    drafter["dflash_config"] = {**drafter["dflash_config"], "target_layer_ids": [5, 19]}
+    fewer = engine_costs(target, drafter, GPUS["h200"], block_size=8, context=256)
+    dropped = 3 * 5120  # fc input features
+    assert costs["draft"].bytes == fewer["draft"].bytes
+    assert costs["verify"].bytes - fewer["verify"].bytes == 5120 * dropped * 2 + 2 * 8 * dropped
 
 
 def test_speedup_bound(costs):
@@ -55,6 +78,9 @@ def test_ceilings_say_where_they_come_from():
     assert GPUS["h200"].source.startswith("measured")
     assert all(g.source.startswith("datasheet") for k, g in GPUS.items() if k not in ("h200", "cpu"))
     assert GPUS["cpu"].source.startswith("nominal")
+    # a per-kernel launch cost is only ever a measured one
+    assert all(g.launch_us is None for g in GPUS.values() if "launch_us not measured" in g.source)
+    assert all(g.launch_us is None for g in GPUS.values() if not g.source.startswith("measured"))
 
 
 def test_cli_prints_floors_bound_and_gap_table(tmp_path, capsys):
