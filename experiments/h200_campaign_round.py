@@ -31,7 +31,8 @@ OUT = Path(os.environ.get("OUT", "/tmp/out"))
 
 
 def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "h200_c1_qwen38-27b_dflash2"
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    name = args[0] if args else "h200_c1_qwen38-27b_dflash2"
     gpu = not name.startswith("cpu")
     setting = load_setting(name)
     features = setting_features(setting)
@@ -50,6 +51,11 @@ def main() -> None:
     out["prediction_within_20pct"] = {r["phase"]: abs(r["prediction_error"]) <= 0.20
                                       for r in rows if r.get("prediction_error") is not None}
     print(json.dumps(rows, indent=1), flush=True)
+    if "--measure-only" in sys.argv:  # the gap table and its prediction error, no candidates
+        out["wall_s"] = time.time() - start
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "campaign_round.json").write_text(json.dumps(out, indent=1, default=str))
+        return
     config = CampaignConfig(setting=name, canary=True)
     context = AgentContext(name, features, STOCK, rows, frozenset(), {}, 1, 0, 2)
     proposals = CatalogAgent(config).propose(context) + MutationAgent(config).propose(context)

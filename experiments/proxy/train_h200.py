@@ -7,8 +7,9 @@ Stages (seeded; recipe and recorded run in experiments/proxy/README.md):
    library's own source (sorted paths, capped): local text only, nothing downloaded;
 2. tokenizer: a byte-level BPE (``tokenizers``) trained on that corpus, specials first (EOS 0, MASK 3);
 3. target: ``Qwen3_5ForCausalLM`` at proxy scale (hybrid: 12 Gated DeltaNet + 4 gated attention,
-   hidden 768, ~0.13 B parameters) as a causal LM on the corpus; fla-core's chunked kernels carry
-   the gradient through the Gated-DeltaNet layers; stored bf16 and reloaded;
+   hidden 768, ~0.13 B parameters) as a causal LM on the corpus (the Gated-DeltaNet gradient goes
+   through the torch reference recurrence: fla-core 0.6 refuses its chunked backward on Hopper
+   with Triton < 3.7.1); stored bf16 and reloaded;
 4. drafter: ``DFlash2DraftModel`` (block 8, grouped convs + candidate selector) on the reloaded
    target's features and greedy continuations of gsm8k train questions and code openings,
    block-diffusion objective (``specpilot.training.drafter``); stored bf16;
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="shrink the models and batches (a CPU check of the whole script)")
     args = parser.parse_args(argv)
-    target_config, drafter_config, batch = TARGET_CONFIG, DRAFTER_CONFIG, (32, 256, 32)
+    target_config, drafter_config, batch = TARGET_CONFIG, DRAFTER_CONFIG, (32, 128, 32)
     if args.smoke:
         target_config = {**TARGET_CONFIG, "hidden_size": 64, "num_hidden_layers": 8,
                          "intermediate_size": 128, "num_attention_heads": 2,

@@ -42,8 +42,15 @@ def _fla(q, k, v, g, beta, initial_state, keep_steps):
     return o, state, None
 
 
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False):
-    """Same contract as :func:`gated_delta_rule_ref`; runs fla's Triton kernels on CUDA tensors."""
-    if q.is_cuda and have_fla():
+    """Same contract as :func:`gated_delta_rule_ref`; runs fla's Triton kernels on CUDA tensors.
+
+    Training (inputs that need a gradient) runs the torch reference: fla-core 0.6 refuses its
+    chunked backward on Hopper with Triton < 3.7.1 (wrong results, fla issue #640)."""
+    if q.is_cuda and have_fla() and not _needs_grad(q, k, v, g, beta, initial_state):
         return _fla(q, k, v, g, beta, initial_state, keep_steps)
     return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
