@@ -127,8 +127,16 @@ def drafter_prompts(tokenizer, code_texts: list[str], num_math: int, num_code: i
     return math + [openings[i] for i in picked]
 
 
-def profiles(models, num_prompts: int, max_new_tokens: int) -> tuple[list[dict], dict]:
-    """Stock engine on each dataset's prompts (natural stop): accept lengths, and equality to AR."""
+def write_profiles(rows: list[dict], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def profiles(models, num_prompts: int, max_new_tokens: int, path: Path) -> tuple[list[dict], dict]:
+    """Stock engine on each dataset's prompts (natural stop): accept lengths, and equality to AR.
+    The Parquet at ``path`` is rewritten after every dataset, so a cut-off run keeps what it did."""
     from specpilot.datasets import load_prompts
     from specpilot.engines.engine import SamplingParams
     from specpilot.recipe import AR
@@ -156,6 +164,7 @@ def profiles(models, num_prompts: int, max_new_tokens: int) -> tuple[list[dict],
                  for k, n in hist.items()]
         print(f"profile {dataset}: tau {tau:.3f}, {equal}/{num_prompts} prompts equal to AR",
               flush=True)
+        write_profiles(rows, path)
     return rows, summary
 
 
@@ -250,11 +259,8 @@ def main(argv=None) -> int:
     from specpilot.settings import load_setting
 
     models = load_models(load_setting(args.setting))
-    rows, record["profiles"] = profiles(models, args.profile_prompts, args.profile_tokens)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist(rows), args.results / "proxy-h200-dflash2.parquet")
+    _, record["profiles"] = profiles(models, args.profile_prompts, args.profile_tokens,
+                                     args.results / "proxy-h200-dflash2.parquet")
     mark("profiles_s", t)
     record["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     from specpilot.fingerprint import current
