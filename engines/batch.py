@@ -57,6 +57,9 @@ class BatchEngine:
             raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
                              "with greedy drafts only (budgeted verify and sampled drafts are "
                              "single-request for now)")
+        if recipe.tree_verify:
+            raise ValueError(f"recipe {recipe.name!r}: tree verification is single-request for "
+                             "now; batched decoding verifies one chain per request")
         self.engine, self.max_batch = engine, max_batch
         self.cache = engine.target.new_cache(max_batch, engine.max_len, engine.recipe.gdn_rollback)
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)

@@ -9,6 +9,10 @@ either strategy (DESIGN.md §3.2, a recipe option):
 - ``replay``: the verify forward keeps its inputs (q, k, v, g, beta); the state is untouched; commit
   re-runs the recurrence with the rejected rows' log-decay g = 0 (decay 1) and beta = 0, which leaves
   the state exactly unchanged by them (``S * exp(0) + k * 0``), so the shape stays fixed.
+
+A tree verify (``specpilot.engines.decode.tree``) runs on ``ModelCache.tree_view(tree)``: layer
+views that share this cache's storage and carry the tree. ``ModelCache.keep_path`` then turns the
+accepted path into an ordinary pending chain, and ``commit`` proceeds as above.
 """
 
 import dataclasses
@@ -26,7 +30,12 @@ class KVCache:
     A slot holds position ``p`` at index ``p % capacity``; ``pos == -1`` marks an empty slot. With a
     window W the capacity only needs ``W + max_rows_per_forward`` (a ring): a new row overwrites a slot
     whose position is already out of every later query's window.
+
+    In a :meth:`with_tree` view, ``write`` stores a tree's nodes one position each in tree order and
+    ``visible`` masks by the tree (context + ancestors); one request row only.
     """
+
+    tree = None  # the TreeLayout a tree view writes and attends by
 
     def __init__(self, num_rows: int, capacity: int, num_heads: int, head_dim: int,
                  dtype: torch.dtype, device, window: int | None = None):
@@ -42,8 +51,16 @@ class KVCache:
         view.k, view.v, view.pos = self.k[index], self.v[index], self.pos[index]
         return view
 
+    def with_tree(self, tree) -> "KVCache":
+        """A view (shared storage) that writes and attends by ``tree``."""
+        view = self.rows(slice(None))
+        view.tree = tree
+        return view
+
     def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        """Store k, v [B, T, H, D] at ``positions`` [B, T]."""
+        """Store k, v [B, T, H, D] at ``positions`` [B, T] (a tree view: at the tree's slots)."""
+        if self.tree is not None:
+            positions = self.tree.slot_positions
         slots = positions % self.capacity
         rows = torch.arange(k.shape[0], device=k.device)[:, None].expand_as(slots)
         self.k[rows, slots] = k
@@ -56,6 +73,8 @@ class KVCache:
         Causal (slot position <= query position) and windowed. ``before`` [B] restricts to slots with
         position < before (a drafter's context rows, which never include the block being drafted).
         """
+        if self.tree is not None:
+            return self.tree.visible(self, q_positions)
         key_pos = self.pos[:, None, :]
         q_pos = q_positions[:, :, None]
         mask = (key_pos >= 0) & (key_pos <= q_pos)
@@ -64,6 +83,14 @@ class KVCache:
         if self.window is not None:
             mask &= (q_pos - key_pos) < self.window
         return mask
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Move the K/V stored at positions ``src`` [B, L] to positions ``dst`` [B, L]."""
+        rows = torch.arange(src.shape[0], device=src.device)[:, None].expand_as(src)
+        src_slots, dst_slots = src % self.capacity, dst % self.capacity
+        self.k[rows, dst_slots] = self.k[rows, src_slots]  # the right side is gathered first
+        self.v[rows, dst_slots] = self.v[rows, src_slots]
+        self.pos[rows, dst_slots] = dst
 
     def truncate(self, lengths: torch.Tensor) -> None:
         """Forget every slot whose position is >= ``lengths`` [B] (rolled-back rows)."""
@@ -78,9 +105,22 @@ class PendingRows:
     steps: torch.Tensor | None = None  # snapshot: [B, T, HV, Dk, Dv] state after each row
     inputs: tuple | None = None  # replay: (q, k, v, g, beta) of the T rows
 
+    def select(self, index: torch.Tensor) -> "PendingRows":
+        """The rows of sequences ``index`` [B'] (a tree forward's accepted path)."""
+        def pick(t):
+            return t.index_select(0, index)
+
+        return PendingRows(pick(self.conv_window), None if self.steps is None else pick(self.steps),
+                           None if self.inputs is None else tuple(map(pick, self.inputs)))
+
 
 class GDNState:
-    """One Gated-DeltaNet layer's state: conv window [B, C, K-1] and recurrent state [B, HV, Dk, Dv] fp32."""
+    """One Gated-DeltaNet layer's state: conv window [B, C, K-1] and recurrent state [B, HV, Dk, Dv] fp32.
+
+    A :meth:`with_tree` view runs a tree's paths as sequences from this (one-row) state.
+    """
+
+    tree = None  # the TreeLayout a tree view runs
 
     def __init__(self, num_rows: int, conv_dim: int, conv_kernel: int, num_v_heads: int,
                  k_head_dim: int, v_head_dim: int, dtype: torch.dtype, device, rollback: str):
@@ -96,6 +136,12 @@ class GDNState:
         view = object.__new__(GDNState)
         view.rollback, view.pending = self.rollback, None
         view.conv, view.recurrent = self.conv[index], self.recurrent[index]
+        return view
+
+    def with_tree(self, tree) -> "GDNState":
+        """A view (shared state) that runs ``tree``'s paths; its pending rows are per path."""
+        view = self.rows(slice(None))
+        view.tree = tree
         return view
 
     def commit(self, num_rows: torch.Tensor, pending: PendingRows | None = None,
@@ -179,6 +225,23 @@ class ModelCache:
                 layer.truncate(new_lengths)
             elif isinstance(layer, GDNState):
                 layer.commit(num_rows, None if pending is None else pending[i], index)
+
+    def tree_view(self, tree) -> "ModelCache":
+        """Views of every layer (shared storage) for one forward over ``tree``'s nodes."""
+        return ModelCache([None if c is None else c.with_tree(tree) for c in self.layers])
+
+    def keep_path(self, view: "ModelCache", tree, path: torch.Tensor) -> None:
+        """After a forward on ``view = tree_view(tree)``: leave this cache as if that forward had
+        run path ``path`` [1] of the tree alone, as a chain. Its nodes' K/V move to consecutive
+        positions from the anchor's (the other nodes' stay above them, for ``commit`` to drop) and
+        its Gated-DeltaNet rows become pending; ``commit`` then keeps a prefix of the path."""
+        nodes = tree.paths.index_select(0, path)  # [1, D + 1]
+        dst = tree.start + torch.arange(nodes.shape[1], device=nodes.device)[None]
+        for layer, seen in zip(self.layers, view.layers):
+            if isinstance(layer, KVCache):
+                layer.move(tree.start + nodes, dst)
+            elif isinstance(layer, GDNState):
+                layer.pending = seen.pending.select(path)
 
     def pending_rows(self) -> list:
         """Each layer's pending rows (None for attention layers)."""

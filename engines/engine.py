@@ -12,6 +12,10 @@ token; the commit rule above makes that exact, so one divergence never cascades.
 The step is four fixed-shape functions (decode | draft, verify, commit); on CUDA with
 ``recipe.cuda_graphs`` each is captured once as a CUDA graph over a persistent cache and replayed.
 Greedy requests use the graphs; sampled requests run the same functions eagerly.
+
+With ``recipe.tree_branches > 1`` a step verifies a tree of candidate paths instead of one chain
+(``_tree_step``, see ``specpilot.engines.decode.tree``): greedy only, eager, and the commit rule
+above holds along the accepted path.
 """
 
 import contextlib
@@ -23,11 +27,15 @@ import torch
 from specpilot.engines.decode.accept import greedy_accept
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
+from specpilot.engines.decode.accept import tree_greedy_accept
 from specpilot.engines.decode.budget import choose_verify_lengths
+from specpilot.engines.decode.tree import build_tree
+from specpilot.engines.decode.tree import draft_candidates
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
 from specpilot.engines.timing import PhaseTimer
+from specpilot.errors import SpecPilotError
 from specpilot.recipe import Recipe
 
 
@@ -56,6 +64,9 @@ class GenerationResult:
     finish_reason: str  # "stop" | "length"
     decode_s: float = 0.0
     verify_widths: list[int] = dataclasses.field(default_factory=list)  # rows verified per step
+    # tree recipes: the accepted path per step (0 = the drafter's first choices; > 0 = the step
+    # accepted at least one alternative token)
+    tree_paths: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def tau(self) -> float:
@@ -77,16 +88,35 @@ class Engine:
             raise ValueError(f"recipe {recipe.name!r}: block_size {self.block_size} exceeds the "
                              f"drafter's verify window of {self.drafter.block_size}")
         self.device = target.lm_head.weight.device
-        # a ragged (budgeted) verify width has no fixed shape to capture
+        if recipe.tree_verify:
+            self._check_tree(recipe, target)
+        # a ragged (budgeted) verify width has no fixed shape to capture; a tree is built on host
         self.use_graphs = (recipe.cuda_graphs and self.device.type == "cuda"
-                           and recipe.verify_budget == "static")
+                           and recipe.verify_budget == "static" and not recipe.tree_verify)
         if recipe.verify_budget == "sps" and getattr(self.drafter, "confidence_head", None) is None:
             raise ValueError(f"recipe {recipe.name!r}: verify_budget 'sps' needs a drafter with a "
                              "confidence head (DSpark)")
         self.fused = recipe.fused_elementwise and self.device.type == "cuda"
         self._persistent = None  # (cache, draft_cache, graphs) once captured
         self._last_width = self.block_size  # rows the last step verified
+        self._last_path = 0  # the path the last tree step accepted
         self._timer = None
+
+    def _check_tree(self, recipe: Recipe, target) -> None:
+        """What a tree recipe needs of this drafter and target (the recipe checked the rest)."""
+        def fail(message: str):
+            raise SpecPilotError(f"recipe {recipe.name!r}: {message}")
+
+        if recipe.tree_positions > self.block_size - 1:
+            fail(f"tree_positions {recipe.tree_positions} exceeds the {self.block_size - 1} draft "
+                 f"positions of a {self.block_size}-wide block")
+        if recipe.tree_max_nodes < self.block_size:
+            fail(f"tree_max_nodes {recipe.tree_max_nodes} cannot hold the first-choice path of a "
+                 f"{self.block_size}-wide block")
+        limit = target.max_rows_per_forward  # a ring KV cache holds one forward of at most this
+        if limit is not None and recipe.tree_max_nodes > limit:
+            fail(f"tree_max_nodes {recipe.tree_max_nodes} exceeds the {limit} rows one forward of "
+                 f"{type(target).__name__} may write")
 
     @property
     def capture(self) -> tuple[int, ...]:
@@ -177,7 +207,12 @@ class Engine:
         num_prompt = len(prompt_ids)
         if num_prompt == 0:
             raise ValueError("the prompt is empty")
-        capacity = num_prompt + params.max_new_tokens + self.block_size + 1
+        use_tree = self.recipe.tree_verify
+        if use_tree and params.temperature > 0:
+            raise SpecPilotError(f"recipe {self.recipe.name!r}: tree verification is greedy-only "
+                                 f"(temperature 0), got temperature {params.temperature}")
+        rows = max(self.block_size, self.recipe.tree_max_nodes if use_tree else 0)  # one verify's
+        capacity = num_prompt + params.max_new_tokens + rows + 1
         if capacity > self.max_len:
             raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the engine's context of {self.max_len} tokens")
@@ -205,7 +240,7 @@ class Engine:
             self.drafter.commit_context(out.aux, positions, draft_cache)
         first = [int(self._pick(out.logits[:, -1], params, generator)[0])]
         kept = forcer.filter(0, first, out.logits[0, -1:]) if forcer is not None else first
-        tokens, accept_lengths, verify_widths = list(kept), [], []
+        tokens, accept_lengths, verify_widths, tree_paths = list(kept), [], [], []
         committed = num_prompt
         start = time.perf_counter()
         while len(tokens) < params.max_new_tokens and tokens[-1] not in stops:
@@ -213,6 +248,10 @@ class Engine:
                 if self.drafter is None:
                     proposed, logits = self._ar_step(tokens[-1], committed, cache, params,
                                                      generator, graphs)
+                elif use_tree:
+                    proposed, logits = self._tree_step(tokens[-1], committed, len(tokens), cache,
+                                                       draft_cache, replay)
+                    tree_paths.append(self._last_path)
                 else:
                     proposed, logits = self._spec_step(tokens[-1], committed, len(tokens), cache,
                                                        draft_cache, params, generator, replay,
@@ -230,7 +269,7 @@ class Engine:
             torch.cuda.synchronize(self.device)
         finish = "stop" if tokens[-1] in stops else "length"
         return GenerationResult(tokens, accept_lengths, finish, time.perf_counter() - start,
-                                verify_widths)
+                                verify_widths, tree_paths)
 
     def _phase(self, name: str):
         timer = self._timer
@@ -314,6 +353,43 @@ class Engine:
         if replay is not None:
             a, bonus = self._replayed(replay, a, logits[0], verify_ids.shape[1])
         return tail[2:2 + a] + [bonus], logits[0, :a + 1]
+
+    def _tree_step(self, pending, committed, num_generated, cache, draft_cache, replay):
+        """Draft a block with alternatives, verify the tree in one forward, keep its best path;
+        returns (kept tokens, the target's logits for them [n, V]). Greedy only."""
+        recipe, block = self.recipe, self.block_size
+        anchor, start = self._scalar(pending), self._scalar(committed)
+        block_ids, positions = self._block(anchor, start)
+        with self._phase("draft"):
+            rows = self.drafter.query_rows(block)
+            hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
+                                  draft_cache)
+            drafts, draft_logits = self.drafter.draft_logits(hidden, anchor, self.target.lm_head)
+            if replay is not None:
+                drafts = torch.tensor([replay.override(num_generated, block - 1)],
+                                      device=self.device)
+            candidates, probs = draft_candidates(drafts, draft_logits, recipe.tree_branches)
+            tree = build_tree(anchor, start, candidates[0].tolist(), probs[0].tolist(),
+                              recipe.tree_positions, recipe.tree_max_nodes)
+        self._last_width = tree.num_nodes
+        with self._phase("verify"):
+            view = cache.tree_view(tree)
+            out = self.target(tree.tokens[None], tree.positions, view, commit_all=False,
+                              capture=self.capture)
+        with self._phase("accept"):
+            # a replayed step (benchmarks) simulates acceptance along the first-choice path
+            paths = tree.paths if replay is None else tree.paths[:1]
+            path, num_accepted, bonus = tree_greedy_accept(tree.tokens, paths, out.logits[0])
+            nodes = tree.paths[path[0]]  # [block]: the accepted path from the anchor
+            tail = torch.cat([path, num_accepted, bonus, tree.tokens[nodes[1:]]]).tolist()
+        with self._phase("commit"):  # the accepted path becomes an ordinary pending chain
+            cache.keep_path(view, tree, path)
+            self.drafter.commit_context(out.aux[:, nodes], positions, draft_cache)
+        self._last_path, a, bonus = tail[:3]
+        logits = out.logits[0, nodes]
+        if replay is not None:
+            a, bonus = self._replayed(replay, a, logits, block)
+        return tail[3:3 + a] + [bonus], logits[:a + 1]
 
     def _block(self, pending: torch.Tensor, start: torch.Tensor):
         """Verify windows ``[pending, MASK x (B-1)]`` at ``start ..`` for rows pending/start [R]."""

@@ -20,6 +20,8 @@ _CHOICES = {
     "verify_budget": ("static", "sps"),
 }
 W12_GROUPS = ("target", "drafter", "lm_head")
+MAX_TREE_NODES = 256  # verify rows of one tree step; also a ring KV's rows per forward (Muse: 256)
+MAX_TREE_PATHS = 4096  # tree_branches ** tree_positions: candidate paths enumerated per step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,15 @@ class Recipe:
     w12: tuple[str, ...] = ()
     """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
     ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""
+    tree_branches: int = 1
+    """Tree verification: candidates (the drafter's top-k) at each branching draft position; 1 = a
+    chain (no tree). Greedy (temperature 0) and single-request only (``engines/decode/tree.py``)."""
+    tree_positions: int = 0
+    """How many draft positions branch: the drafter's least confident ones (smallest probability of
+    its own draft). 0 = no tree; set together with ``tree_branches``."""
+    tree_max_nodes: int = 32
+    """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
+    fits (it must be >= the block size); alternative paths are added best-first while they fit."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():
@@ -69,6 +80,44 @@ class Recipe:
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")
+        self._check_tree()
+
+    @property
+    def tree_verify(self) -> bool:
+        """Whether this engine verifies a tree of candidate paths instead of one chain."""
+        return self.tree_branches > 1
+
+    def _check_tree(self) -> None:
+        def fail(message: str):
+            raise SpecPilotError(f"recipe {self.name!r}: {message}")
+
+        for field, low, high in (("tree_branches", 1, 16), ("tree_positions", 0, 63),
+                                 ("tree_max_nodes", 2, MAX_TREE_NODES)):
+            value = getattr(self, field)
+            if type(value) is not int or not low <= value <= high:
+                fail(f"{field} must be an integer in {low}..{high}, got {value!r}")
+        if (self.tree_branches > 1) != (self.tree_positions > 0):
+            fail(f"tree_branches ({self.tree_branches}) and tree_positions ({self.tree_positions}) "
+                 "go together: both > 1 and > 0 for tree verification, or 1 and 0 for none")
+        if not self.tree_verify:
+            return
+        if not self.speculative:
+            fail("tree verification needs a speculative recipe (a drafter proposes the tree)")
+        if self.tree_branches ** self.tree_positions > MAX_TREE_PATHS:
+            fail(f"tree_branches ** tree_positions = {self.tree_branches ** self.tree_positions} "
+                 f"candidate paths per step exceeds {MAX_TREE_PATHS}")
+        if self.block_size is not None:
+            if self.tree_positions > self.block_size - 1:
+                fail(f"tree_positions {self.tree_positions} exceeds the {self.block_size - 1} "
+                     f"draft positions of block_size {self.block_size}")
+            if self.tree_max_nodes < self.block_size:
+                fail(f"tree_max_nodes {self.tree_max_nodes} cannot hold the first-choice path "
+                     f"of block_size {self.block_size}")
+        if self.verify_budget != "static":
+            fail("tree verification verifies the whole tree: verify_budget must be 'static'")
+        if self.draft_sampling != "greedy":
+            fail("tree verification is greedy-only (temperature 0): draft_sampling must be "
+                 "'greedy'")
 
     @classmethod
     def from_dict(cls, data: dict) -> "Recipe":
@@ -92,6 +141,9 @@ class Recipe:
         data = {k: v for k, v in self.to_dict().items() if k != "name"}
         if not data["w12"]:
             del data["w12"]  # recipes that predate the w12 field keep their hash
+        if not self.tree_verify:  # ... and so do those that predate tree verification
+            for field in ("tree_branches", "tree_positions", "tree_max_nodes"):
+                del data[field]
         return stable_hash(data)
 
     def replace(self, **changes) -> "Recipe":

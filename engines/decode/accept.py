@@ -22,6 +22,24 @@ def greedy_accept(drafts: torch.Tensor, target_logits: torch.Tensor):
     return num_accepted, bonus
 
 
+def tree_greedy_accept(tokens: torch.Tensor, paths: torch.Tensor, target_logits: torch.Tensor):
+    """Greedy acceptance over a tree: the path accepting the most drafts, plus its bonus token.
+
+    Args:
+        tokens: [N] node tokens (node 0 = the anchor); paths: [P, D + 1] node ids from the root;
+        target_logits: [N, V], row n predicts the token after node n.
+    Returns:
+        path [1] (ties: the earlier path), num_accepted [1] (0..D) and bonus [1].
+    """
+    target_tokens = target_logits.argmax(dim=-1)  # [N]
+    matches = (tokens[paths[:, 1:]] == target_tokens[paths[:, :-1]]).int()  # [P, D]
+    num_accepted = matches.cumprod(dim=1).sum(dim=1)  # [P]
+    path = num_accepted.argmax(dim=0, keepdim=True)  # the first of equal maxima
+    num_accepted = num_accepted[path]
+    bonus = target_tokens[paths[path, num_accepted]]
+    return path, num_accepted, bonus
+
+
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     """The distribution a sampled request draws from: softmax(logits / T), nucleus-truncated to top_p."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)

@@ -336,6 +336,13 @@ class DFlashDraftModel(nn.Module, RotaryBuffers):
         tokens = torch.multinomial(q.flatten(0, 1), 1, generator=generator).view(q.shape[:2])
         return tokens, q
 
+    @torch.inference_mode()
+    def draft_logits(self, hidden: torch.Tensor, anchor: torch.Tensor, lm_head: nn.Module):
+        """Greedy drafts [B, Q-1] (``propose`` at temperature 0) and the logits [B, Q-1, V] each
+        was chosen from (tree verification takes alternatives from them)."""
+        logits = self.compute_logits(hidden[:, 1:], lm_head)
+        return logits.argmax(dim=-1), logits
+
     @torch.no_grad()
     def init_random_(self, generator: torch.Generator, std: float = 0.02) -> None:
         for name, param in self.named_parameters():
@@ -368,6 +375,13 @@ class DFlash2DraftModel(DFlashDraftModel):
         hidden = hidden[:, 1:]
         logits = self.compute_logits(hidden, lm_head)
         return self.candidate_selector.walk(hidden, logits, anchor, temperature, generator)
+
+    @torch.inference_mode()
+    def draft_logits(self, hidden, anchor, lm_head):
+        """The selector's greedy walk [B, Q-1] and the unary logits [B, Q-1, V] it walked."""
+        hidden = hidden[:, 1:]
+        logits = self.compute_logits(hidden, lm_head)
+        return self.candidate_selector.walk(hidden, logits, anchor, 0.0)[0], logits
 
 
 class MuseGlimmerAssistantModel(DFlashDraftModel):

@@ -132,16 +132,29 @@ class DSparkDraftModel(DFlashDraftModel):
     @torch.inference_mode()
     def propose(self, hidden, anchor, lm_head, temperature: float = 0.0, generator=None):
         """Drafts [B, gamma] by the Markov walk; q [B, gamma, V] when sampling; confidences kept."""
+        tokens, q, _ = self._walk(hidden, anchor, lm_head, temperature, generator, False)
+        return tokens, q
+
+    @torch.inference_mode()
+    def draft_logits(self, hidden, anchor, lm_head):
+        """The greedy Markov walk [B, gamma] and the logits [B, gamma, V] of each of its steps."""
+        tokens, _, logits = self._walk(hidden, anchor, lm_head, 0.0, None, True)
+        return tokens, logits
+
+    def _walk(self, hidden, anchor, lm_head, temperature: float, generator, keep_logits: bool):
+        """(tokens [B, gamma], q or None, the walk's logits [B, gamma, V] if ``keep_logits``)."""
         if not self.spark.sample_from_anchor:
             hidden = hidden[:, 1:]
         base = self.compute_logits(hidden, lm_head)  # [B, gamma, V]
         prev, state = anchor, None
-        tokens, q_rows, conf = [], [], []
+        tokens, q_rows, conf, rows = [], [], [], []
         for s in range(hidden.shape[1]):
             if self.confidence_head is not None:
                 conf.append(self.confidence_head(hidden[:, s], self.markov_head.markov_w1(prev), s))
             bias, state = self.markov_head.bias(prev, hidden[:, s], state)
             logits = base[:, s] + bias
+            if keep_logits:
+                rows.append(logits)
             if temperature > 0:
                 probs = torch.softmax(logits / temperature, dim=-1)
                 prev = torch.multinomial(probs, 1, generator=generator)[:, 0]
@@ -150,7 +163,8 @@ class DSparkDraftModel(DFlashDraftModel):
                 prev = logits.argmax(dim=-1)
             tokens.append(prev)
         self.last_confidence = torch.stack(conf, 1) if conf else None
-        return torch.stack(tokens, 1), (torch.stack(q_rows, 1) if q_rows else None)
+        q = torch.stack(q_rows, 1) if q_rows else None
+        return torch.stack(tokens, 1), q, (torch.stack(rows, 1) if rows else None)
 
     @torch.no_grad()
     def init_random_(self, generator: torch.Generator, std: float = 0.02) -> None:

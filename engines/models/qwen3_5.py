@@ -101,26 +101,42 @@ class Qwen3_5GatedDeltaNet(Fusable):
     def forward(self, x: torch.Tensor, state: GDNState, commit_all: bool) -> torch.Tensor:
         batch, num_tokens, _ = x.shape
         mixed, z, b, a = self.in_proj.forward_split(x)
-        mixed = mixed.transpose(1, 2)  # [B, C, T]
+        tree = state.tree
+        if tree is not None:  # one sequence per root-to-leaf path, each from the committed state
+            mixed, b, a = (tree.to_paths(t) for t in (mixed, b, a))
+        out = self._mix(mixed, b, a, state, commit_all)
+        if tree is not None:
+            out = tree.to_nodes(out)
         z = z.reshape(batch, num_tokens, -1, self.head_v_dim)
-        window = torch.cat([state.conv, mixed.to(state.conv.dtype)], dim=-1)  # [B, C, K-1+T]
+        out = self.norm(out.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+        return self.out_proj(out.reshape(batch, num_tokens, -1))
+
+    def _mix(self, mixed, b, a, state: GDNState, commit_all: bool) -> torch.Tensor:
+        """Short conv + gated delta rule over sequences mixed [S, T, C] from ``state`` (one row per
+        sequence, or one row for all: a tree's paths); returns [S, T, HV, Dv]."""
+        num_seqs, num_tokens, _ = mixed.shape
+        conv_state, recurrent = state.conv, state.recurrent
+        if num_seqs != conv_state.shape[0]:
+            conv_state = conv_state.expand(num_seqs, -1, -1)
+            recurrent = recurrent.expand(num_seqs, -1, -1, -1).contiguous()
+        mixed = mixed.transpose(1, 2)  # [S, C, T]
+        window = torch.cat([conv_state, mixed.to(conv_state.dtype)], dim=-1)  # [S, C, K-1+T]
         weight = self.conv1d.weight.squeeze(1)
         conv = F.conv1d(window.to(weight.dtype), weight.unsqueeze(1), groups=self.conv_dim)
-        mixed = F.silu(conv[:, :, -num_tokens:]).to(x.dtype).transpose(1, 2)
+        mixed = F.silu(conv[:, :, -num_tokens:]).to(b.dtype).transpose(1, 2)
         q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = q.reshape(batch, num_tokens, -1, self.head_k_dim)
-        k = k.reshape(batch, num_tokens, -1, self.head_k_dim)
-        v = v.reshape(batch, num_tokens, -1, self.head_v_dim)
+        q = q.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
+        k = k.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
+        v = v.reshape(num_seqs, num_tokens, -1, self.head_v_dim)
         beta, g = self.op(gdn_gates)(a, b, self.A_log, self.dt_bias)
         keep_steps = not commit_all and state.rollback == "snapshot"
-        out, final, steps = gated_delta_rule(q, k, v, g, beta, state.recurrent, keep_steps)
+        out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps)
         if commit_all:
             state.conv.copy_(window[:, :, window.shape[-1] - state.conv.shape[-1]:])
             state.recurrent.copy_(final)
         else:
             state.pending = PendingRows(window, steps, None if keep_steps else (q, k, v, g, beta))
-        out = self.norm(out.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
-        return self.out_proj(out.reshape(batch, num_tokens, -1))
+        return out
 
 
 class Qwen3_5DecoderLayer(nn.Module):
