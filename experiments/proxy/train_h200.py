@@ -8,8 +8,8 @@ Stages (seeded; recipe and recorded run in experiments/proxy/README.md):
 2. tokenizer: a byte-level BPE (``tokenizers``) trained on that corpus, specials first (EOS 0, MASK 3);
 3. target: ``Qwen3_5ForCausalLM`` at proxy scale (hybrid: 12 Gated DeltaNet + 4 gated attention,
    hidden 768, ~0.13 B parameters) as a causal LM on the corpus (the Gated-DeltaNet gradient goes
-   through the torch reference recurrence: fla-core 0.6 refuses its chunked backward on Hopper
-   with Triton < 3.7.1); stored bf16 and reloaded;
+   through the chunked torch form, ``kernels/gated_delta_rule/chunked.py``: fla-core 0.6 refuses
+   its chunked backward on Hopper with Triton < 3.7.1); stored bf16 and reloaded;
 4. drafter: ``DFlash2DraftModel`` (block 8, grouped convs + candidate selector) on the reloaded
    target's features and greedy continuations of gsm8k train questions and code openings,
    block-diffusion objective (``specpilot.training.drafter``); stored bf16;

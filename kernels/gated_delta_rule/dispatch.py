@@ -4,6 +4,7 @@ import functools
 
 import torch
 
+from specpilot.kernels.gated_delta_rule.chunked import gated_delta_rule_chunked
 from specpilot.kernels.gated_delta_rule.reference import gated_delta_rule_ref
 
 
@@ -49,8 +50,15 @@ def _needs_grad(*tensors) -> bool:
 def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False):
     """Same contract as :func:`gated_delta_rule_ref`; runs fla's Triton kernels on CUDA tensors.
 
-    Training (inputs that need a gradient) runs the torch reference: fla-core 0.6 refuses its
-    chunked backward on Hopper with Triton < 3.7.1 (wrong results, fla issue #640)."""
-    if q.is_cuda and have_fla() and not _needs_grad(q, k, v, g, beta, initial_state):
+    Training (inputs that need a gradient) on CUDA runs the chunked torch form
+    (:func:`gated_delta_rule_chunked`): fla-core 0.6 refuses its chunked backward on Hopper with
+    Triton < 3.7.1 (wrong results, fla issue #640). On CPU the token reference runs, as it always
+    has (the shipped tiny pair was trained through it)."""
+    if _needs_grad(q, k, v, g, beta, initial_state):
+        if q.is_cuda and not keep_steps:
+            out, state = gated_delta_rule_chunked(q, k, v, g, beta, initial_state)
+            return out, state, None
+        return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
+    if q.is_cuda and have_fla():
         return _fla(q, k, v, g, beta, initial_state, keep_steps)
     return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
