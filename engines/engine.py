@@ -107,12 +107,8 @@ class Engine:
         def fail(message: str):
             raise SpecPilotError(f"recipe {recipe.name!r}: {message}")
 
-        if recipe.tree_positions > self.block_size - 1:
-            fail(f"tree_positions {recipe.tree_positions} exceeds the {self.block_size - 1} draft "
-                 f"positions of a {self.block_size}-wide block")
-        if recipe.tree_max_nodes < self.block_size:
-            fail(f"tree_max_nodes {recipe.tree_max_nodes} cannot hold the first-choice path of a "
-                 f"{self.block_size}-wide block")
+        if recipe.tree_fit_error(self.block_size):  # the drafter's block, when the recipe has none
+            fail(recipe.tree_fit_error(self.block_size))
         limit = target.max_rows_per_forward  # a ring KV cache holds one forward of at most this
         if limit is not None and recipe.tree_max_nodes > limit:
             fail(f"tree_max_nodes {recipe.tree_max_nodes} exceeds the {limit} rows one forward of "

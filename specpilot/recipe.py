@@ -106,18 +106,23 @@ class Recipe:
         if self.tree_branches ** self.tree_positions > MAX_TREE_PATHS:
             fail(f"tree_branches ** tree_positions = {self.tree_branches ** self.tree_positions} "
                  f"candidate paths per step exceeds {MAX_TREE_PATHS}")
-        if self.block_size is not None:
-            if self.tree_positions > self.block_size - 1:
-                fail(f"tree_positions {self.tree_positions} exceeds the {self.block_size - 1} "
-                     f"draft positions of block_size {self.block_size}")
-            if self.tree_max_nodes < self.block_size:
-                fail(f"tree_max_nodes {self.tree_max_nodes} cannot hold the first-choice path "
-                     f"of block_size {self.block_size}")
+        if self.block_size is not None and self.tree_fit_error(self.block_size):
+            fail(self.tree_fit_error(self.block_size))
         if self.verify_budget != "static":
             fail("tree verification verifies the whole tree: verify_budget must be 'static'")
         if self.draft_sampling != "greedy":
             fail("tree verification is greedy-only (temperature 0): draft_sampling must be "
                  "'greedy'")
+
+    def tree_fit_error(self, block_size: int) -> str | None:
+        """Why this tree does not fit a ``block_size``-wide verify window (None: it fits)."""
+        if self.tree_positions > block_size - 1:
+            return (f"tree_positions {self.tree_positions} exceeds the {block_size - 1} draft "
+                    f"positions of a {block_size}-wide block")
+        if self.tree_max_nodes < block_size:
+            return (f"tree_max_nodes {self.tree_max_nodes} cannot hold the first-choice path of "
+                    f"a {block_size}-wide block")
+        return None
 
     @classmethod
     def from_dict(cls, data: dict) -> "Recipe":
