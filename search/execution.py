@@ -63,12 +63,20 @@ def run_jobs(pool, jobs: list[Job], timeout_s: float, max_attempts: int,
     """Run every job; ``on_done(job, result)`` is called once per job, in completion order."""
     import ray
 
+    if not pool.workers:
+        from specpilot.errors import SpecPilotError
+
+        raise SpecPilotError("the worker pool is closed (its campaign ended)")
     lost_errors = _actor_errors()
     pending = deque(jobs)
     idle = list(pool.workers)
     inflight: dict = {}  # ref -> (job, worker, deadline)
     unplaced_since = None
     while pending or inflight:
+        for dead in [w for w in idle if pool.died_unplaced(w)]:  # never got a GPU: replace it
+            idle.remove(dead)
+            pool.replace(dead)
+            idle.append(pool.workers[-1])
         while pending and idle:
             chosen = pick(pending, idle, pool.device_of, pool.devices())
             if chosen is None:
@@ -97,8 +105,8 @@ def run_jobs(pool, jobs: list[Job], timeout_s: float, max_attempts: int,
         for ref in list(ready) + overdue:
             job, worker, _ = inflight.pop(ref)
             try:
-                if ref in overdue:
-                    ray.cancel(ref, force=True)
+                if ref in overdue:  # a silent worker is killed (actor tasks cannot be force-cancelled)
+                    ray.kill(worker, no_restart=True)
                     raise TimeoutError(f"worker silent for {timeout_s + GRACE_S:g} s")
                 result = ray.get(ref)
             except (*lost_errors, TimeoutError) as err:

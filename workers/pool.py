@@ -34,13 +34,21 @@ def worker_resources(gpu: str) -> dict:
     return options
 
 
-def _die_with_parent() -> None:
-    """In the evaluation subprocess: be killed when the worker dies, so a killed worker never
-    leaves an orphan holding its GPU (Linux; elsewhere a no-op)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+try:  # looked up once here: after fork, in a threaded worker, nothing may load a library
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def _die_with_parent(parent_pid: int):
+    """``preexec_fn`` of the evaluation subprocess: be killed when the worker dies, so a killed
+    worker leaves no orphan holding its GPU (Linux; elsewhere a no-op)."""
+    def arm() -> None:
+        if _PRCTL is not None:
+            _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent_pid:  # the worker died before the call
+                os._exit(1)
+    return arm
 
 
 def _tail(text: str, limit: int = 3000) -> str:
@@ -79,7 +87,7 @@ class Worker:
                 proc = subprocess.run(
                     [sys.executable, "-m", "specpilot.workers.evaluate", str(job_path),
                      str(result_path)], env=env, capture_output=True, text=True,
-                    timeout=timeout_s, preexec_fn=_die_with_parent)
+                    timeout=timeout_s, preexec_fn=_die_with_parent(os.getpid()))
             except subprocess.TimeoutExpired as err:
                 return {"state": "timeout", "error": f"no result after {timeout_s:g} s",
                         "stderr": _tail(err.stderr.decode() if isinstance(err.stderr, bytes)
@@ -126,17 +134,23 @@ class WorkerPool:
 
         key = worker._actor_id.hex()
         known = self._where.get(key)
-        if known is None or isinstance(known, tuple):
-            return known
+        if known is None or known == "dead" or isinstance(known, tuple):
+            return None if known == "dead" else known
         ready, _ = ray.wait([known], timeout=0)
         if not ready:
             return None
         try:
             info = ray.get(ready[0])
         except Exception:  # noqa: BLE001 - died before it was placed: it has no device
+            self._where[key] = "dead"
             return None
         self._where[key] = (info.get("node_id"), tuple(info.get("gpu_ids") or ()))
         return self._where[key]
+
+    def died_unplaced(self, worker) -> bool:
+        """True when ``worker`` died before it ever got a GPU (it will never take a job)."""
+        self.device_of(worker)
+        return self._where.get(worker._actor_id.hex()) == "dead"
 
     def devices(self) -> set:
         """The devices of the live workers placed so far."""
@@ -172,6 +186,13 @@ class WorkerPool:
         self.workers = []
 
     def replace(self, dead) -> None:
-        """Drop ``dead`` and start a replacement (it waits for a free GPU, wherever one is)."""
+        """Drop ``dead`` (killed, in case it only went silent: its GPU comes back) and start a
+        replacement (it waits for a free GPU, wherever one is)."""
+        import ray
+
+        try:
+            ray.kill(dead, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
         self.workers = [w for w in self.workers if w is not dead]
         self.workers.append(self._spawn())

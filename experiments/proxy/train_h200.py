@@ -258,7 +258,14 @@ def main(argv=None) -> int:
     from specpilot.build import load_models
     from specpilot.settings import load_setting
 
-    models = load_models(load_setting(args.setting))
+    setting = load_setting(args.setting)
+    from specpilot.build import resolve
+
+    measured_dir = resolve(setting.target, setting, "target")
+    if Path(measured_dir).resolve() != (args.out / "target").resolve():
+        raise SystemExit(f"setting {args.setting} reads {measured_dir}, not --out {args.out}: "
+                         "set SPECPILOT_HOME (or --out) so that they agree")
+    models = load_models(setting)
     _, record["profiles"] = profiles(models, args.profile_prompts, args.profile_tokens,
                                      args.results / "proxy-h200-dflash2.parquet")
     mark("profiles_s", t)

@@ -84,6 +84,9 @@ def measured_profile(spec: str, block_size: int):
                              f"{measured_block}, not {block_size}")
     counts = [0] * block_size
     for r in rows:
+        if not 1 <= r["accept_length"] <= block_size:
+            raise SpecPilotError(f"acceptance profile {spec!r}: accept length "
+                                 f"{r['accept_length']} outside 1..{block_size}")
         counts[r["accept_length"] - 1] += r["count"]  # k drafts accepted + the bonus token
     return AcceptanceProfile.from_histogram(counts, name=spec)
 
