@@ -93,9 +93,13 @@ class Engine:
         # a ragged (budgeted) verify width has no fixed shape to capture; a tree is built on host
         self.use_graphs = (recipe.cuda_graphs and self.device.type == "cuda"
                            and recipe.verify_budget == "static" and not recipe.tree_verify)
-        if recipe.verify_budget == "sps" and getattr(self.drafter, "confidence_head", None) is None:
-            raise ValueError(f"recipe {recipe.name!r}: verify_budget 'sps' needs a drafter with a "
-                             "confidence head (DSpark)")
+        if recipe.verify_budget == "sps" and self.drafter is None:
+            raise ValueError(f"recipe {recipe.name!r}: verify_budget 'sps' needs a drafter")
+        # the budget's survival estimate: DSpark's confidence head, else the drafter's own
+        # probability of each draft (DFlash, DFlash2, the Muse assistant)
+        self._own_confidence = (recipe.verify_budget == "sps" and
+                                getattr(self.drafter, "confidence_head", None) is None)
+        self._confidence = None  # [B, Q-1] of the last draft, when the budget reads it
         self.fused = recipe.fused_elementwise and self.device.type == "cuda"
         self._persistent = None  # (cache, draft_cache, graphs) once captured
         self._last_width = self.block_size  # rows the last step verified
@@ -127,8 +131,15 @@ class Engine:
         rows = self.drafter.query_rows(block_ids.shape[1])
         hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
                               draft_cache)
-        return self.drafter.propose(hidden, block_ids[:, 0], self.target.lm_head, temperature,
-                                    generator)
+        if self._own_confidence and temperature <= 0:  # eager only: sps verify is never captured
+            drafts, logits = self.drafter.draft_logits(hidden, block_ids[:, 0], self.target.lm_head)
+            self._confidence = _probability_of(torch.softmax(logits.float(), dim=-1), drafts)
+            return drafts, None
+        drafts, q = self.drafter.propose(hidden, block_ids[:, 0], self.target.lm_head, temperature,
+                                         generator)
+        if self._own_confidence:
+            self._confidence = _probability_of(q, drafts)
+        return drafts, q
 
     def _verify_fn(self, cache, draft_cache, verify_ids, positions):
         out = self.target(verify_ids, positions, cache, commit_all=False, capture=self.capture)
@@ -329,7 +340,8 @@ class Engine:
             draft_probs = None
         verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
         if self.recipe.verify_budget == "sps":
-            _, lengths = choose_verify_lengths(self.drafter.last_confidence, self.recipe.sps_table)
+            confidence = self._confidence if self._own_confidence else self.drafter.last_confidence
+            _, lengths = choose_verify_lengths(confidence, self.recipe.sps_table)
             verify_ids, positions = verify_ids[:, :lengths[0]], positions[:, :lengths[0]]
             draft_probs = draft_probs[:, :lengths[0] - 1] if draft_probs is not None else None
         self._last_width = verify_ids.shape[1]
@@ -403,3 +415,8 @@ class Engine:
         plan.agreed.append(agreed)
         num_accepted = min(plan.drawn[-1], width - 1)
         return num_accepted, int(logits[num_accepted].argmax())
+
+
+def _probability_of(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """probs [B, Q, V], tokens [B, Q] -> the probability of each token [B, Q]."""
+    return probs.gather(-1, tokens[..., None])[..., 0]

@@ -44,7 +44,9 @@ class Recipe:
     gemm: Literal["torch", "triton"] = "torch"
     """Linear layers (target and drafter): cuBLAS, or the tuned skinny Triton GEMM for <= 64 rows."""
     verify_budget: Literal["static", "sps"] = "static"
-    """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget (eager)."""
+    """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget (eager),
+    for every drafter family: DSpark's confidence head, else the drafter's own probability of each
+    draft, is the survival estimate."""
     sps_table: tuple[tuple[int, float], ...] = ()
     """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps."""
     w12: tuple[str, ...] = ()

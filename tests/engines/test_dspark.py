@@ -81,3 +81,21 @@ def test_budgeted_verify_is_lossless(targets, tiny_prompts):
     out = Engine(target, drafter, recipe, max_len=512).generate(tiny_prompts[1], PARAMS)
     assert out.tokens == ref
     assert max(out.verify_widths) < 8  # the budget trimmed the verify window
+
+
+@pytest.mark.parametrize("drafter_name", ["tiny-dflash", "tiny-dflash2"])
+def test_budgeted_verify_for_drafters_without_a_confidence_head(targets, tiny_prompts,
+                                                                drafter_name):
+    """DFlash and DFlash2 budget with their own draft probabilities: still exactly AR."""
+    from specpilot import tiny
+
+    target, _ = targets["qwen3_5"]
+    drafter = load_model(tiny.tiny_drafter(drafter_name, 0))
+    recipe = STOCK.replace(verify_budget="sps", sps_table=((1, 100.0), (3, 95.0), (16, 30.0)))
+    engine = Engine(target, drafter, recipe, max_len=512)
+    assert engine._own_confidence
+    for prompt in tiny_prompts[:2]:
+        ref = Engine(target, None, AR, max_len=512).generate(prompt, PARAMS).tokens
+        out = engine.generate(prompt, PARAMS)
+        assert out.tokens == ref
+        assert max(out.verify_widths) < drafter.block_size  # the budget trimmed the window
