@@ -44,3 +44,12 @@ def test_time_budget_stops_training_early():
     _, log = train_target(None, TargetTraining(num_steps=1000, batch_size=2, seq_len=16),
                           log=lambda *_: None, config=TOY_TARGET, stream=stream, budget_s=0.0)
     assert log["steps_done"] == 0
+
+
+def test_stop_step_reproduces_a_budget_stop_on_the_same_schedule():
+    stream = torch.randint(4, 200, (4000,), generator=torch.Generator().manual_seed(0))
+    recipe = TargetTraining(num_steps=50, batch_size=2, seq_len=16, warmup_steps=1, stop_step=3)
+    model, log = train_target(None, recipe, log=lambda *_: None, config=TOY_TARGET, stream=stream)
+    again, _ = train_target(None, recipe, log=lambda *_: None, config=TOY_TARGET, stream=stream)
+    assert log["steps_done"] == 3 and log["loss_by_step"][-1][0] == 3  # the partial window logged
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))

@@ -185,7 +185,11 @@ def main(argv=None) -> int:
     parser.add_argument("--code-bytes", type=int, default=8_000_000)
     parser.add_argument("--target-steps", type=int, default=3000)
     parser.add_argument("--target-budget-s", type=float, default=None)
+    parser.add_argument("--target-stop-step", type=int, default=None,
+                        help="stop there, the schedule still spanning --target-steps (reproduces a "
+                             "budgeted run from its steps_done)")
     parser.add_argument("--drafter-steps", type=int, default=3000)
+    parser.add_argument("--drafter-stop-step", type=int, default=None)
     parser.add_argument("--drafter-budget-s", type=float, default=None)
     parser.add_argument("--num-math", type=int, default=1536)
     parser.add_argument("--num-code", type=int, default=512)
@@ -226,7 +230,8 @@ def main(argv=None) -> int:
     record["corpus"]["tokens"] = len(stream)
     t = mark("corpus_and_tokenizer_s", t)
     recipe = TargetTraining(seed=args.seed, num_steps=args.target_steps, batch_size=batch[0],
-                            seq_len=batch[1], lr=1e-3, warmup_steps=100, weight_decay=0.05)
+                            seq_len=batch[1], lr=1e-3, warmup_steps=100, weight_decay=0.05,
+                            stop_step=args.target_stop_step)
     target, record["target"] = train_target(tokenizer, recipe, config=target_config,
                                             stream=stream, device=args.device,
                                             budget_s=args.target_budget_s,
@@ -247,7 +252,8 @@ def main(argv=None) -> int:
         target, continuations, DrafterTraining(seed=args.seed, num_steps=args.drafter_steps,
                                                sequences_per_step=batch[2],
                                                anchors_per_sequence=32,
-                                               lr=1e-3, warmup_steps=100),
+                                               lr=1e-3, warmup_steps=100,
+                                               stop_step=args.drafter_stop_step),
         config=drafter_config, budget_s=args.drafter_budget_s, log=lambda m: print(m, flush=True))
     record["drafter"]["num_parameters"] = sum(p.numel() for p in drafter.parameters())
     save_checkpoint(drafter, drafter_config, args.out / "dflash2")

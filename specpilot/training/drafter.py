@@ -43,6 +43,9 @@ class DrafterTraining:
     warmup_steps: int = 50
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    stop_step: int | None = None
+    """Stop after this many steps while the learning-rate schedule still spans ``num_steps`` (what a
+    time-budgeted run did: its summary's ``steps_done`` reproduces it here)."""
     position_decay: float = 4.0
     selector_weight: float = 1.0
 
@@ -150,6 +153,8 @@ def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraini
     order, cursor = torch.randperm(len(continuations), generator=generator), 0
     start, recent, history, steps_done = time.perf_counter(), [], [], 0
     for step in range(recipe.num_steps):
+        if recipe.stop_step is not None and step >= recipe.stop_step:
+            break
         if budget_s is not None and time.perf_counter() - start > budget_s:
             log(f"drafter: time budget {budget_s:g} s reached after {step} steps")
             break

@@ -44,6 +44,9 @@ class TargetTraining:
     warmup_steps: int = 30
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    stop_step: int | None = None
+    """Stop after this many steps while the learning-rate schedule still spans ``num_steps`` (what a
+    time-budgeted run did: its summary's ``steps_done`` reproduces it here)."""
 
 
 def gsm8k_stream(tokenizer, seed: int) -> torch.Tensor:
@@ -102,6 +105,8 @@ def train_target(tokenizer, recipe: TargetTraining = TargetTraining(), log=print
                                   weight_decay=recipe.weight_decay)
     start, cursor, recent, losses, steps_done = time.perf_counter(), 0, [], [], 0
     for step in range(recipe.num_steps):
+        if recipe.stop_step is not None and step >= recipe.stop_step:
+            break
         if budget_s is not None and time.perf_counter() - start > budget_s:
             log(f"target: time budget {budget_s:g} s reached after {step} steps")
             break
@@ -126,6 +131,9 @@ def train_target(tokenizer, recipe: TargetTraining = TargetTraining(), log=print
             log(f"target step {step + 1}/{recipe.num_steps}: loss {losses[-1][1]:.3f} "
                 f"({time.perf_counter() - start:.0f} s)")
             recent = []
+    if recent:  # the last, partial logging window
+        recent = [float(x) for x in recent]
+        losses.append((steps_done, sum(recent) / len(recent)))
     model.eval().requires_grad_(False)
     summary = {"recipe": dataclasses.asdict(recipe), "num_tokens_in_corpus": len(stream),
                "steps_done": steps_done,
