@@ -92,7 +92,9 @@ def trials(campaign, starts: dict) -> list[dict]:
     for result_key, result in campaign.done.items():
         worker = result.get("worker") or {}
         device = result.get("device") or {}
-        started = starts.get(result_key, (None, None))[0]
+        # the worker's own clock brackets the whole attempt (process start included); older
+        # records only have the driver's dispatch time + the subprocess's elapsed_s
+        started = worker.get("started_unix") or starts.get(result_key, (None, None))[0]
         rows.append({"key": result_key, "state": result.get("state"),
                      "mechanism": next((e["mechanism"] for e in campaign.evaluated
                                         if e["key"] == result_key), None),
@@ -100,8 +102,9 @@ def trials(campaign, starts: dict) -> list[dict]:
                      "cuda_visible_devices": device.get("cuda_visible_devices"),
                      "uuid": device.get("uuid"), "elapsed_s": result.get("elapsed_s"),
                      "start_unix": started,
-                     "end_unix": started + result["elapsed_s"]
-                     if started and result.get("elapsed_s") else None})
+                     "end_unix": worker.get("ended_unix") or (
+                         started + result["elapsed_s"] if started and result.get("elapsed_s")
+                         else None)})
     return rows
 
 

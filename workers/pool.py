@@ -78,6 +78,7 @@ class Worker:
     def run(self, job: dict, timeout_s: float) -> dict:
         """Run ``job`` in a subprocess; the result dict always has a ``state``."""
         where = self.describe()
+        where["started_unix"] = time.time()  # the whole attempt, process start included
         env = {**os.environ, **self.env, **job.get("env", {})}
         with tempfile.TemporaryDirectory(prefix="specpilot-job-") as tmp:
             job_path, result_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
@@ -98,6 +99,7 @@ class Worker:
                         f"{proc.returncode}", "stderr": _tail(proc.stderr), "worker": where,
                         "elapsed_s": time.monotonic() - start}
             result = json.loads(result_path.read_text())
+        where["ended_unix"] = time.time()
         result["worker"] = where
         return result
 
