@@ -13,6 +13,14 @@ into buffers sized for ``max_batch``; the step ends with one device->host copy o
 tokens. Only requests with their own random state are visited one by one, still without reading the
 host: a sampled request draws from its own generator, and a replay plan (benchmarks) draws its
 acceptance on the host, uploaded for all replayed rows in one copy.
+
+CUDA graphs per batch bucket: a step of n requests runs on the smallest bucket (1, 2, 4, .. up to
+``max_batch``) that holds them; rows n .. bucket-1 are inert (no budget: they keep nothing, and a
+row is reset when a request is prefilled into it). The step is two fixed-shape parts, each captured
+once per bucket when the engine is built (the batch is empty then, so capture disturbs nothing):
+the draft (rows' verify windows -> drafts) and the rest (verify, greedy acceptance with the replayed
+rows' forced counts, the stop/budget clip, the commit -> the table the host reads). Between them the
+host may overwrite replayed rows' drafts. Requests that sample run the same parts eagerly.
 """
 
 import dataclasses
@@ -51,7 +59,9 @@ class Running:
 class BatchEngine:
     """Steps all running requests together; ``max_batch`` rows of ``max_len`` tokens each."""
 
-    def __init__(self, engine: Engine, max_batch: int):
+    def __init__(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None = None):
+        """``pad_to_buckets``: run each step on its bucket's rows (default: when graphs are on;
+        tests turn it on eagerly to check that padding rows change nothing)."""
         recipe = engine.recipe
         if recipe.verify_budget != "static" or recipe.draft_sampling != "greedy":
             raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
@@ -75,7 +85,18 @@ class BatchEngine:
             self._offsets = torch.arange(block, device=device)
             self._positions = torch.zeros(max_batch, block, dtype=torch.long, device=device)
             self._verify_ids = torch.zeros(max_batch, block, dtype=torch.long, device=device)
+            self._drafts = torch.zeros(max_batch, block - 1, dtype=torch.long, device=device)
+            # replayed rows' drawn counts (-1: the target's own acceptance); the captured second
+            # part reads this buffer, so it is cleared whenever no row is replayed
+            self._forced = torch.full((max_batch,), -1, dtype=torch.long, device=device)
+            self._forced_dirty = False
         self._views: dict[int, tuple] = {}
+        use_graphs = engine.use_graphs
+        self.pad = use_graphs if pad_to_buckets is None else pad_to_buckets
+        self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
+        self._graphs: dict[int, tuple] = {}  # bucket -> (first part, second part)
+        if use_graphs:
+            self._capture()
         self._num_sampled = self._num_replayed = 0
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
                          next((m for m in model.modules() if isinstance(m, Linear)), None))
@@ -166,48 +187,70 @@ class BatchEngine:
             return []
         self._apply_recipe()
         n = len(self.running)
-        cache, draft = self._rows(n)
+        size = next(b for b in self.buckets if b >= n) if self.pad else n
+        graphs = self._graphs.get(size) if not self._num_sampled else None
         if self.engine.drafter is None:
-            proposed, num_proposed, agreed = self._decode(cache, n)
+            table = graphs[0]() if graphs else self._decode(size)
         else:
-            proposed, num_proposed, agreed = self._spec(cache, draft, n)
-        kept = self.rows.keep(proposed, num_proposed)
-        if draft is not None:  # a finished row (kept 0) commits its pending row again: any count
-            self.engine._commit_fn(cache, draft, kept.clamp(min=1), self.rows.committed[:n])
-        table = self.transfers.fetch(torch.cat([kept[:, None], agreed[:, None], proposed], 1))
-        return self._deliver(table)
+            drafts = graphs[0]() if graphs else self._draft(size)
+            if self._num_replayed:
+                self._replay_drafts(drafts)
+            elif self._forced_dirty:
+                self._forced.fill_(-1)
+                self._forced_dirty = False
+            table = graphs[1]() if graphs else self._verify(size, self._forced)
+        return self._deliver(self.transfers.fetch(table[:n]))
 
-    def _decode(self, cache, n: int):
-        """AR: one target forward of every row's pending token; (proposed [n, 1], counts, counts)."""
+    def _finish(self, size: int, proposed, num_proposed, agreed) -> torch.Tensor:
+        """Clip, advance and commit rows ``0 .. size-1``; the table [size, 2 + W] the host reads."""
+        kept = self.rows.keep(proposed, num_proposed)
+        cache, draft = self._rows(size)
+        if draft is not None:  # a finished row (kept 0) commits its pending row again: any count
+            self.engine._commit_fn(cache, draft, kept.clamp(min=1), self.rows.committed[:size])
+        return torch.cat([kept[:, None], agreed[:, None], proposed], 1)
+
+    def _decode(self, size: int) -> torch.Tensor:
+        """AR: one target forward of every row's pending token (proposed [size, 1])."""
         e = self.engine
-        logits = e._decode_fn(cache, self.rows.pending[:n, None], self.rows.committed[:n, None])
+        cache, _ = self._rows(size)
+        logits = e._decode_fn(cache, self.rows.pending[:size, None],
+                              self.rows.committed[:size, None])
         tokens = logits.argmax(dim=-1)
         if self._num_sampled:
             for i, r in enumerate(self.running):
                 if r.params.temperature > 0:  # the row's own rule and generator
                     tokens[i:i + 1] = e._pick(logits[i:i + 1], r.params, r.generator)
-        ones = self._ones[:n]
-        return tokens[:, None], ones, ones
+        ones = self._ones[:size]
+        return self._finish(size, tokens[:, None], ones, ones)
 
-    def _spec(self, cache, draft, n: int):
-        """Draft and verify every row; (proposed [n, B], counts [n], target agreement [n]).
+    def _draft(self, size: int) -> torch.Tensor:
+        """First part: every row's verify window -> its drafts [size, B-1] (a persistent buffer)."""
+        _, draft = self._rows(size)
+        block_ids, positions = self._block_ids[:size], self._positions[:size]
+        block_ids[:, 0] = self.rows.pending[:size]
+        torch.add(self.rows.committed[:size, None], self._offsets, out=positions)
+        drafts, _ = self.engine._draft_fn(draft, block_ids, positions)
+        return self._drafts[:size].copy_(drafts)
 
-        Row i proposes ``[d_1 .. d_a, bonus]``: its first ``a + 1`` columns.
+    def _verify(self, size: int, forced: torch.Tensor) -> torch.Tensor:
+        """Second part: verify every row's window; row i proposes ``[d_1 .. d_a, bonus]``.
+
+        ``forced`` [max_batch]: a replayed row's drawn count (``Engine._replayed`` for all rows at
+        once: its first min(k, B-1) drafts are kept, then the target's token there); -1: the
+        target's own greedy acceptance.
         """
-        e, block, rows = self.engine, self.engine.block_size, self.rows
-        block_ids, positions = self._block_ids[:n], self._positions[:n]
-        block_ids[:, 0] = rows.pending[:n]
-        torch.add(rows.committed[:n, None], self._offsets, out=positions)
-        drafts, _ = e._draft_fn(draft, block_ids, positions)
-        replayed = self._replay_drafts(drafts) if self._num_replayed else None
-        verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1, out=self._verify_ids[:n])
+        e, block = self.engine, self.engine.block_size
+        cache, draft = self._rows(size)
+        drafts, positions = self._drafts[:size], self._positions[:size]
+        verify_ids = torch.cat([self._block_ids[:size, :1], drafts], dim=1,
+                               out=self._verify_ids[:size])
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
         agreed = num_accepted
-        if replayed is not None:  # Engine._replayed for all replayed rows at once
-            index, drawn = replayed
-            take = drawn.clamp(max=block - 1)
-            num_accepted = num_accepted.index_copy(0, index, take)
-            bonus = bonus.index_copy(0, index, logits[index, take].argmax(dim=-1))
+        force = forced[:size]
+        take = force.clamp(min=0, max=block - 1)
+        at_take = logits.gather(1, take[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        num_accepted = torch.where(force >= 0, take, num_accepted)
+        bonus = torch.where(force >= 0, at_take.argmax(dim=-1), bonus)
         if self._num_sampled:
             num_accepted, bonus = num_accepted.clone(), bonus.clone()
             for i, r in enumerate(self.running):
@@ -217,10 +260,27 @@ class BatchEngine:
                     num_accepted[i:i + 1], bonus[i:i + 1] = a, b
         proposed = torch.cat([drafts, bonus[:, None]], dim=1)
         proposed.scatter_(1, num_accepted[:, None], bonus[:, None])
-        return proposed, num_accepted + 1, agreed
+        return self._finish(size, proposed, num_accepted + 1, agreed)
 
-    def _replay_drafts(self, drafts: torch.Tensor):
-        """Put the replay plans' drafts into their rows (one upload); (rows, draws) [m]."""
+    def _capture(self) -> None:
+        """Both parts of the step as CUDA graphs, once per bucket (the batch is still empty)."""
+        from specpilot.engines.graphs import CapturedStep
+
+        pool = torch.cuda.graph_pool_handle()
+        for size in self.buckets:
+            if self.engine.drafter is None:
+                self._graphs[size] = (CapturedStep(lambda s=size: self._decode(s), {}, pool),)
+            else:
+                self._graphs[size] = (
+                    CapturedStep(lambda s=size: self._draft(s), {}, pool),
+                    CapturedStep(lambda s=size: self._verify(s, self._forced), {}, pool))
+        self.cache.reset()
+        if self.draft_cache is not None:
+            self.draft_cache.reset()
+
+    def _replay_drafts(self, drafts: torch.Tensor) -> None:
+        """Put the replay plans' drafts into their rows and their drawn counts into the forced
+        counts (one upload)."""
         table = []
         for i, r in enumerate(self.running):
             if r.replay is not None:
@@ -228,7 +288,9 @@ class BatchEngine:
                 table.append([i, r.replay.drawn[-1], *tokens])
         table = self.transfers.upload(table)
         drafts.index_copy_(0, table[:, 0], table[:, 2:])
-        return table[:, 0], table[:, 1]
+        self._forced.fill_(-1)
+        self._forced.index_copy_(0, table[:, 0], table[:, 1])
+        self._forced_dirty = True
 
     def _deliver(self, table: list[list[int]]) -> list[tuple[Running, list[int]]]:
         """Host bookkeeping from the step's one read: rows of [kept, agreed, proposed ..]."""

@@ -53,8 +53,9 @@ def _run(batch: BatchEngine, requests: list[Running]) -> list[list[int]]:
     return [r.tokens for r in requests]
 
 
-@pytest.mark.parametrize("setting", ["cpu_c1_tiny", "cpu_c1_tiny-muse"])
-def test_batched_greedy_spec_equals_greedy_ar(setting):
+@pytest.mark.parametrize("setting,pad", [("cpu_c1_tiny", False), ("cpu_c1_tiny-muse", False),
+                                         ("cpu_c1_tiny", True)])
+def test_batched_greedy_spec_equals_greedy_ar(setting, pad):
     """8 concurrent greedy requests with ragged prompts, lengths and stops: batched spec tokens ==
     each request's greedy AR tokens alone."""
     models = load_models(load_setting(setting))
@@ -69,7 +70,10 @@ def test_batched_greedy_spec_equals_greedy_ar(setting):
     stops = [(ref[len(ref) // 2],) if i % 2 else () for i, ref in enumerate(alone)]
     expected = [_until_stop(ref, s) for ref, s in zip(alone, stops)]
     requests = _requests(prompts, lengths, stops=stops)
-    assert _run(BatchEngine(models.engine(STOCK), NUM_REQUESTS), requests) == expected
+    # pad: every step runs on its CUDA-graph bucket's rows (7 -> 8, 5 -> 8, 3 -> 4 ..): the
+    # inert padding rows change nobody's tokens
+    batch = BatchEngine(models.engine(STOCK), NUM_REQUESTS, pad_to_buckets=pad)
+    assert _run(batch, requests) == expected
     assert [r.finish_reason for r in requests] == [
         "stop" if s and ref[-1] in s else "length" for ref, s in zip(expected, stops)]
     if setting == "cpu_c1_tiny":  # the trained pair: rows really kept several tokens per step
@@ -146,3 +150,22 @@ def test_host_reads_per_step_do_not_grow_with_batch(tiny_models, tiny_prompts, m
     assert measured[1] == measured[NUM_REQUESTS], measured
     assert measured[NUM_REQUESTS] == ({"tolist": 1, "tensor()": 1} if case == "mixed"
                                       else {"tolist": 1})
+
+
+def test_padded_buckets_with_replayed_rows_keep_tokens_and_draws():
+    """Replayed rows (benchmarks) in a padded bucket: forced acceptance is per row, vectorised, and
+    the tokens are still each request's AR tokens."""
+    models = load_models(load_setting("cpu_c1_tiny"))
+    texts = load_prompts("gsm8k", 3)
+    prompts = [models.tokenizer.encode(t).ids[:12] for t in texts]
+    params = SamplingParams(max_new_tokens=20, ignore_eos=True)
+    refs = [models.engine(AR).generate(p, params).tokens for p in prompts]
+    batch = BatchEngine(models.engine(STOCK), 4, pad_to_buckets=True)
+    requests = _requests(prompts, [20] * 3)
+    for i, (req, ref) in enumerate(zip(requests, refs)):
+        req.replay = ReplayPlan(ref, AcceptanceProfile.fixed(1 + 2 * i, 8), tiny.VOCAB_SIZE)
+    assert batch.buckets == [1, 2, 4]
+    assert _run(batch, requests) == refs
+    for req in requests:  # every full step kept the drawn count + the bonus
+        drawn = req.replay.drawn
+        assert req.accept_lengths[:-1] == [k + 1 for k in drawn[:len(req.accept_lengths) - 1]]
