@@ -95,12 +95,12 @@ class BatchEngine:
         self.pad = use_graphs if pad_to_buckets is None else pad_to_buckets
         self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
         self._graphs: dict[int, tuple] = {}  # bucket -> (first part, second part)
-        if use_graphs:
-            self._capture()
         self._num_sampled = self._num_replayed = 0
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
                          next((m for m in model.modules() if isinstance(m, Linear)), None))
                         for model in (engine.target, engine.drafter) if model is not None]
+        if use_graphs:
+            self._capture()
 
     @property
     def free_rows(self) -> int:
@@ -266,7 +266,8 @@ class BatchEngine:
         """Both parts of the step as CUDA graphs, once per bucket (the batch is still empty)."""
         from specpilot.engines.graphs import CapturedStep
 
-        pool = torch.cuda.graph_pool_handle()
+        self._apply_recipe()  # the kernels this engine's recipe names are the ones captured
+        pool = torch.cuda.graph_pool_handle() if self.engine.device.type == "cuda" else None
         for size in self.buckets:
             if self.engine.drafter is None:
                 self._graphs[size] = (CapturedStep(lambda s=size: self._decode(s), {}, pool),)

@@ -169,3 +169,40 @@ def test_padded_buckets_with_replayed_rows_keep_tokens_and_draws():
     for req in requests:  # every full step kept the drawn count + the bonus
         drawn = req.replay.drawn
         assert req.accept_lengths[:-1] == [k + 1 for k in drawn[:len(req.accept_lengths) - 1]]
+
+
+class _EagerReplay:
+    """Stands in for ``CapturedStep`` on a CPU box: runs the step as often as capture does (the
+    warm-up runs and the captured one) and then once per "replay". What it checks is the batched
+    engine's graph bookkeeping -- capture on an empty batch disturbs nothing, parts read and write
+    only persistent buffers, the forced-acceptance buffer is reset -- not CUDA itself."""
+
+    def __init__(self, fn, inputs, pool=None, warmup: int = 3):
+        assert inputs == {}  # a batched part reads persistent buffers only
+        for _ in range(warmup + 1):
+            self.outputs = fn()
+        self.fn = fn
+
+    def __call__(self):
+        return self.fn()
+
+
+def test_graph_bookkeeping_keeps_tokens(monkeypatch):
+    """The captured path (two parts per bucket, replayed rows between them, then plain rows again)
+    gives every request its AR tokens."""
+    from specpilot.engines import graphs
+
+    monkeypatch.setattr(graphs, "CapturedStep", _EagerReplay)
+    models = load_models(load_setting("cpu_c1_tiny"))
+    texts = load_prompts("gsm8k", 3)
+    prompts = [models.tokenizer.encode(t).ids[:10 + 3 * i] for i, t in enumerate(texts)]
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    refs = [models.engine(AR).generate(p, params).tokens for p in prompts]
+    engine = models.engine(STOCK)
+    monkeypatch.setattr(engine, "use_graphs", True)
+    batch = BatchEngine(engine, 4)
+    assert batch.pad and sorted(batch._graphs) == [1, 2, 4]
+    replayed = _requests(prompts, [16] * 3)
+    replayed[1].replay = ReplayPlan(refs[1], AcceptanceProfile.fixed(3, 8), tiny.VOCAB_SIZE)
+    assert _run(batch, replayed) == refs
+    assert _run(batch, _requests(prompts, [16] * 3)) == refs  # the forced counts were cleared
