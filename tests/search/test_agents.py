@@ -43,6 +43,10 @@ def test_catalog_agent_respects_requirements_and_ranks_by_gap():
     # commit is 5 ms above its floor, verify only 1 ms above its calibrated prediction
     assert on_gpu[0] == "gdn-replay-rollback"
     assert "w12-target" in on_gpu and "cuda-graphs" not in on_gpu  # stock already has graphs
+    assert "tree-verify" in on_gpu  # one request on a GPU: extra verify rows are nearly free
+    batched = [p.mechanism for p in CatalogAgent().propose(
+        context({**H200, "scenario": "cN"}, gaps=gaps, limit=10))]
+    assert "tree-verify" not in batched and "w12-target" in batched
 
 
 def test_catalog_agent_plants_the_canary_first_in_round_one_only():
