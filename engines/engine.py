@@ -292,7 +292,13 @@ class Engine:
         return proposed
 
     def _scalar(self, value: int) -> torch.Tensor:
-        return torch.tensor([value], device=self.device)
+        """``[value]`` on the engine's device. On CUDA through page-locked memory without waiting:
+        a blocking upload would synchronise the stream (PyTorch waits after a blocking host->device
+        copy), and a step makes several (anchor, position, commit counts); the caching host
+        allocator keeps each staging buffer alive until its copy has run."""
+        if self.device.type != "cuda":
+            return torch.tensor([value], device=self.device)
+        return torch.tensor([value], pin_memory=True).to(self.device, non_blocking=True)
 
     def _commit(self, cache, draft_cache, num_rows: int, committed: int, graphs=None) -> None:
         """Keep ``num_rows`` rows of the last forward; ``committed`` tokens are now context."""
