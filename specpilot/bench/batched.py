@@ -124,3 +124,49 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
     if errors:
         raise errors[0]
     return summarize_level(concurrency, wall_s, [results[i] for i in sorted(results)])
+
+
+def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3, replay=None,
+                   prompts_by_level: dict | None = None, log=print) -> list[dict]:
+    """Throughput of engine ``b`` over engine ``a`` (``engines = {"a": .., "b": ..}``) at each
+    concurrency, side by side: per level ``repeats`` interleaved A/B, B/A, .. runs of the same
+    prompts, one throughput ratio (B tok/s / A tok/s) per repetition, the median with a bootstrap
+    95% CI, and each engine's median p99 request latency. The first run of each engine per level
+    is preceded by a warm-up request."""
+    import dataclasses
+    import statistics
+
+    from specpilot.bench.stats import estimate_speedup
+
+    out = []
+    for concurrency in levels:
+        n = (prompts_by_level or {}).get(concurrency, 2 * concurrency)
+        sub = dataclasses.replace(workload, prompts=workload.prompts[:n],
+                                  texts=workload.texts[:n])
+        runs = {"a": [], "b": []}
+        for rep in range(repeats):
+            for side in (("a", "b") if rep % 2 == 0 else ("b", "a")):
+                level = bench_level(engines[side], sub, concurrency, warmup=rep < 2,
+                                    replay=replay)
+                e2e = [p["e2e_s"] for p in level["per_prompt"]]
+                runs[side].append({"output_tok_s": level["output_tok_s"],
+                                   "wall_s": level["wall_s"], "tau": level["tau"],
+                                   "p50_latency_s": percentile(e2e, 50),
+                                   "p99_latency_s": percentile(e2e, 99)})
+        ratios = [b["output_tok_s"] / a["output_tok_s"] for a, b in zip(runs["a"], runs["b"])]
+        estimate = estimate_speedup(ratios, seed=0)
+        entry = {"concurrency": concurrency, "num_prompts": len(sub.prompts), "runs": runs,
+                 "ratios": ratios, "median_ratio": estimate.median_speedup,
+                 "ci95": list(estimate.ci95),
+                 **{f"{side}_tok_s": statistics.median(r["output_tok_s"] for r in runs[side])
+                    for side in runs},
+                 **{f"{side}_p99_latency_s": statistics.median(r["p99_latency_s"]
+                                                               for r in runs[side])
+                    for side in runs},
+                 "b_tau": statistics.median(r["tau"] for r in runs["b"])
+                 if all(r["tau"] is not None for r in runs["b"]) else None}
+        log(f"c={concurrency}: b/a throughput {entry['median_ratio']:.3f}x "
+            f"[{entry['ci95'][0]:.3f}, {entry['ci95'][1]:.3f}] (a {entry['a_tok_s']:.1f} tok/s, "
+            f"b {entry['b_tok_s']:.1f} tok/s)")
+        out.append(entry)
+    return out

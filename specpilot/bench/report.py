@@ -3,8 +3,8 @@
 Every number in the README's results section comes from a record file, so none is typed by hand.
 The tables live between ``<!-- results:begin -->`` and ``<!-- results:end -->``; ``render_readme``
 replaces what is between them and ``specpilot report --check`` fails when the README is stale.
-JSON files without a ``kind`` of bench / compare / score (e.g. one-off experiment dumps) are
-listed as not rendered.
+JSON files without a ``kind`` of bench / compare / score / batched_compare (e.g. one-off experiment
+dumps) are listed as not rendered.
 """
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 from specpilot.errors import SpecPilotError
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-KINDS = ("bench", "compare", "score")
+KINDS = ("bench", "compare", "score", "batched_compare")
 
 
 def load_results(results_dir: str | Path) -> tuple[list[dict], list[Path]]:
@@ -87,6 +87,17 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
                          r.get("acceptance", "?"), _device(r), f"**{_num(r['median_speedup'])}**",
                          f"[{_num(lo)}, {_num(hi)}]", str(len(r["ratios"])), method,
                          r["stop_reason"], _link(r, base)])
+    throughput = []
+    for r in of["batched_compare"]:
+        for level in r["levels"]:
+            lo, hi = level["ci95"]
+            throughput.append([r["setting"], r["a"], r["b"], r.get("acceptance", "?"),
+                               _device(r), str(level["concurrency"]),
+                               f"**{_num(level['median_ratio'])}**", f"[{_num(lo)}, {_num(hi)}]",
+                               str(len(level["ratios"])), _num(level["a_tok_s"]),
+                               _num(level["b_tok_s"]), _num(level["a_p99_latency_s"]),
+                               _num(level["b_p99_latency_s"]), _num(r.get("speedup_bound")),
+                               _commit(r), _link(r, base)])
     quality = [[r["setting"], r["engine"], r["dataset"], f"{r['accuracy']:.1%}",
                 f"{r['num_correct']}/{r['num_examples']}", _device(r), _link(r, base)]
                for r in of["score"]]
@@ -105,12 +116,20 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
               "95% CI of the median)", ""]
     lines += _table(["setting", "A", "B", "acceptance", "device", "speedup", "95% CI", "pairs",
                      "method", "stopped by", "record"], speedups, "no compare records yet")
+    if throughput:
+        lines += ["", "**Throughput A/B under continuous batching** (B tok/s / A tok/s per "
+                  "interleaved repetition; bootstrap 95% CI of the median; p99 request latency in "
+                  "s; bound: the cost model's single-request speedup bound at the replayed tau)",
+                  ""]
+        lines += _table(["setting", "A", "B", "acceptance", "device", "concurrency",
+                         "throughput ratio", "95% CI", "reps", "A tok/s", "B tok/s", "A p99",
+                         "B p99", "bound", "commit", "record"], throughput, "")
     lines += ["", "**Quality sanity checks** (token forcing is the correctness proof)", ""]
     lines += _table(["setting", "engine", "dataset", "score", "correct", "device", "record"],
                     quality, "no score records yet")
     if skipped:
         names = ", ".join(f"`{p.name}`" for p in skipped)
-        lines += ["", f"Not rendered (no bench/compare/score `kind`): {names}."]
+        lines += ["", f"Not rendered (no bench/compare/score/batched_compare `kind`): {names}."]
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ def test_report_renders_every_kind(committed, specpilot_cli, tmp_path):
     relative = os.path.relpath(committed / "compare-ar-stock.json", tmp_path)
     assert f"[compare-ar-stock.json]({relative})" in text  # links relative to the README
     assert "| saved runs | saved_runs |" in text
-    assert "Not rendered (no bench/compare/score `kind`): `one-off-experiment.json`" in text
+    assert "Not rendered (no bench/compare/score/batched_compare `kind`): `one-off-experiment.json`" in text
 
 
 def test_check_passes_when_fresh_and_fails_when_stale(committed, specpilot_cli, tmp_path, capsys):

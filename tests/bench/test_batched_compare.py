@@ -1,0 +1,28 @@
+"""Side-by-side throughput under continuous batching: a record per setting that the report renders."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "h200_batched.py"
+
+
+def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli):
+    spec = importlib.util.spec_from_file_location("h200_batched", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path / "results")
+    script.main(["--settings", "cpu_c1_tiny", "--levels", "1,2", "--repeats", "2",
+                 "--max-new-tokens", "6"])
+    record = json.loads((tmp_path / "results" / "batched-cpu_c1_tiny.json").read_text())
+    assert record["kind"] == "batched_compare" and record["acceptance"] == "measured"
+    assert [level["concurrency"] for level in record["levels"]] == [1, 2]
+    for level in record["levels"]:
+        assert len(level["ratios"]) == 2 and level["ci95"][0] <= level["median_ratio"]
+        assert level["median_ratio"] > 0 and level["b_tau"] >= 1.0
+    readme = tmp_path / "README.md"
+    readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
+    assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0
+    text = readme.read_text()
+    assert "Throughput A/B under continuous batching" in text
+    assert f"**{record['levels'][1]['median_ratio']:.3g}**" in text
