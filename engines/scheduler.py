@@ -40,9 +40,13 @@ class Stats:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_batch: int = 16):
+    def __init__(self, engine: Engine, max_batch: int = 16, batch: BatchEngine | None = None):
+        """``batch``: an idle batched engine of ``engine`` to reuse (its caches and captured
+        graphs), e.g. across a benchmark's repetitions; default: a new one of ``max_batch`` rows."""
+        if batch is not None and (batch.engine is not engine or batch.running):
+            raise ValueError("a reused batched engine must be idle and belong to this engine")
         self.engine = engine
-        self.batch = BatchEngine(engine, max_batch)
+        self.batch = batch if batch is not None else BatchEngine(engine, max_batch)
         self.stats = Stats()
         self._waiting: collections.deque = collections.deque()
         self._callbacks: dict = {}

@@ -81,10 +81,11 @@ def _request(scheduler, request_id: str, prompt_ids: list[int], params,
 
 
 def bench_level(engine, workload, concurrency: int, warmup: bool = True, progress=None,
-                replay=None) -> dict:
+                replay=None, batch=None) -> dict:
     """All prompts of ``workload`` with ``concurrency`` clients; ``summarize_level``'s dict.
 
     ``replay``: a ``Replay`` for replayed acceptance (random-weight settings), else measured.
+    ``batch``: an idle ``BatchEngine`` of ``engine`` with ``concurrency`` rows to reuse.
     """
 
     def plan(i):
@@ -92,7 +93,7 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
 
     from specpilot.engines.scheduler import Scheduler
 
-    scheduler = Scheduler(engine, max_batch=concurrency)
+    scheduler = Scheduler(engine, max_batch=concurrency, batch=batch)
     try:
         if warmup:
             _request(scheduler, "warmup", list(workload.prompts[0]), workload.params, 0, plan(0))
@@ -138,8 +139,12 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
 
     from specpilot.bench.stats import estimate_speedup
 
+    from specpilot.engines.batch import BatchEngine
+
     out = []
     for concurrency in levels:
+        # one batched engine per side and level: its caches and CUDA graphs serve every repetition
+        batches = {side: BatchEngine(engine, concurrency) for side, engine in engines.items()}
         n = (prompts_by_level or {}).get(concurrency, 2 * concurrency)
         sub = dataclasses.replace(workload, prompts=workload.prompts[:n],
                                   texts=workload.texts[:n])
@@ -147,7 +152,7 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
         for rep in range(repeats):
             for side in (("a", "b") if rep % 2 == 0 else ("b", "a")):
                 level = bench_level(engines[side], sub, concurrency, warmup=rep < 2,
-                                    replay=replay)
+                                    replay=replay, batch=batches[side])
                 e2e = [p["e2e_s"] for p in level["per_prompt"]]
                 runs[side].append({"output_tok_s": level["output_tok_s"],
                                    "wall_s": level["wall_s"], "tau": level["tau"],
@@ -165,6 +170,7 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
                     for side in runs},
                  "b_tau": statistics.median(r["tau"] for r in runs["b"])
                  if all(r["tau"] is not None for r in runs["b"]) else None}
+        del batches
         log(f"c={concurrency}: b/a throughput {entry['median_ratio']:.3f}x "
             f"[{entry['ci95'][0]:.3f}, {entry['ci95'][1]:.3f}] (a {entry['a_tok_s']:.1f} tok/s, "
             f"b {entry['b_tok_s']:.1f} tok/s)")
