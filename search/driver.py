@@ -49,8 +49,9 @@ def default_store_dir() -> Path:
     return home / "campaigns"
 
 
-def connect_ray(address: str | None, num_workers: int, cpu_setting: bool) -> None:
-    """Join the given cluster (checked first: unreachable fails at once) or start one."""
+def connect_ray(address: str | None, num_workers: int, cpu_setting: bool, log=print) -> None:
+    """Join the given cluster (checked first: unreachable fails at once), else a cluster that
+    ``ray start`` runs on this machine (as ``ray.init()`` would), else start a local one."""
     import ray
 
     if ray.is_initialized():
@@ -69,6 +70,12 @@ def connect_ray(address: str | None, num_workers: int, cpu_setting: bool) -> Non
         except (ConnectionError, RuntimeError) as err:
             raise SpecPilotError(f"cannot join the Ray cluster at {target}: {err}") from err
         return
+    try:
+        ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+        log(f"joined the Ray cluster running on this machine ({ray.get_runtime_context().gcs_address})")
+        return
+    except ConnectionError:
+        pass  # none: start one
     kwargs = {"num_cpus": max(2, num_workers + 1), "include_dashboard": False,
               "logging_level": "ERROR", "log_to_driver": False}
     if cpu_setting:
@@ -119,7 +126,7 @@ class Campaign:
         from specpilot.search.records import check_tracking_uri
 
         check_tracking_uri(self.tracking_uri)
-        connect_ray(config.ray_address, config.num_workers, self.cpu)
+        connect_ray(config.ray_address, config.num_workers, self.cpu, log)
         self.features = setting_features(self.setting)
         self.target_config, _ = model_configs(self.setting)
         self.records = CampaignRecords(self.tracking_uri, self.store_dir / "artifacts",

@@ -49,6 +49,13 @@ def test_campaign_as_a_ray_job(tmp_path):
         assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-4000:]
         assert "champion of cpu_c1_tiny" in job.stdout
         assert "succeeded" in job.stdout.lower()
+        # run on this machine without an address, the driver joins the running head
+        direct = subprocess.run(
+            [sys.executable, "-m", "specpilot.search", "cpu_c1_tiny", "--rounds", "1",
+             "--store-dir", str(tmp_path / "direct")], cwd="/", env=env, capture_output=True,
+            text=True, timeout=900)
+        assert direct.returncode == 0, direct.stdout[-4000:] + direct.stderr[-4000:]
+        assert "joined the Ray cluster running on this machine" in direct.stdout
     finally:
         subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
     runs = campaign_runs(tmp_path / "store", "cpu_c1_tiny")
