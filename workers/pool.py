@@ -178,23 +178,23 @@ class WorkerPool:
     def close(self) -> None:
         """Kill every worker: their GPUs go back to the cluster (a driver process may run several
         campaigns; each pool holds its GPUs only while its campaign runs)."""
-        import ray
-
         for worker in self.workers:
-            try:
-                ray.kill(worker, no_restart=True)
-            except Exception:  # noqa: BLE001 - already dead
-                pass
+            _kill(worker)
         self.workers = []
 
     def replace(self, dead) -> None:
         """Drop ``dead`` (killed, in case it only went silent: its GPU comes back) and start a
         replacement (it waits for a free GPU, wherever one is)."""
-        import ray
-
-        try:
-            ray.kill(dead, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
+        _kill(dead)
         self.workers = [w for w in self.workers if w is not dead]
         self.workers.append(self._spawn())
+
+
+def _kill(worker) -> None:
+    """End a worker actor (no restart); one that is already dead is fine."""
+    import ray
+
+    try:
+        ray.kill(worker, no_restart=True)
+    except Exception:  # noqa: BLE001 - already dead
+        pass

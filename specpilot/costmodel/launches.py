@@ -162,8 +162,9 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
             out, final, _ = gated_delta_rule_ref(q, k, v, g, beta, initial_state)
         return out, final
 
-    def chunked(*args, **kwargs):
-        raise NotImplementedError("fla's chunked kernel serves prefill (> 64 rows), no decode phase")
+    def chunked(*args, **kwargs):  # decode phases verify <= 64 rows: the recurrent kernel serves
+        raise RuntimeError("kernel counting reached fla's chunked (prefill) kernel inside a decode "
+                           "phase: more than 64 rows in one step are not counted")
 
     fla = types.ModuleType("fla.ops.gated_delta_rule")
     fla.fused_recurrent_gated_delta_rule, fla.chunk_gated_delta_rule = fused_recurrent, chunked

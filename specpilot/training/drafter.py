@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from specpilot.tiny import DRAFTERS
 from specpilot.training.target import lr_factor
+from specpilot.training.target import stop_before
 
 # tiny.py's DFlash2 drafter (block 8, 2 sliding-window non-causal layers, grouped convs, selector,
 # reading target layers [1, 3, 5]) at the trained target's width.
@@ -153,10 +154,7 @@ def train_drafter(target, continuations, recipe: DrafterTraining = DrafterTraini
     order, cursor = torch.randperm(len(continuations), generator=generator), 0
     start, recent, history, steps_done = time.perf_counter(), [], [], 0
     for step in range(recipe.num_steps):
-        if recipe.stop_step is not None and step >= recipe.stop_step:
-            break
-        if budget_s is not None and time.perf_counter() - start > budget_s:
-            log(f"drafter: time budget {budget_s:g} s reached after {step} steps")
+        if stop_before(step, recipe, start, budget_s, log, "drafter"):
             break
         if cursor + recipe.sequences_per_step > len(order):
             order, cursor = torch.randperm(len(continuations), generator=generator), 0

@@ -70,6 +70,17 @@ def lr_factor(step: int, num_steps: int, warmup_steps: int) -> float:
     return 0.1 + 0.45 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def stop_before(step: int, recipe, started: float, budget_s: float | None, log, what: str) -> bool:
+    """Whether a training loop stops before ``step``: at the recipe's ``stop_step``, or when the
+    wall-clock budget is spent (logged: the summary's ``steps_done`` then reproduces the run)."""
+    if recipe.stop_step is not None and step >= recipe.stop_step:
+        return True
+    if budget_s is not None and time.perf_counter() - started > budget_s:
+        log(f"{what}: time budget {budget_s:g} s reached after {step} steps")
+        return True
+    return False
+
+
 def lm_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
     """Differentiable logits [B, T, V] of the engine's target forward over ``input_ids`` [B, T]."""
     from specpilot.engines.models.target import TargetModel
@@ -105,10 +116,7 @@ def train_target(tokenizer, recipe: TargetTraining = TargetTraining(), log=print
                                   weight_decay=recipe.weight_decay)
     start, cursor, recent, losses, steps_done = time.perf_counter(), 0, [], [], 0
     for step in range(recipe.num_steps):
-        if recipe.stop_step is not None and step >= recipe.stop_step:
-            break
-        if budget_s is not None and time.perf_counter() - start > budget_s:
-            log(f"target: time budget {budget_s:g} s reached after {step} steps")
+        if stop_before(step, recipe, start, budget_s, log, "target"):
             break
         if cursor + recipe.batch_size > num_chunks:  # next epoch, new order
             order, cursor = torch.randperm(num_chunks, generator=generator), 0
