@@ -59,11 +59,16 @@ def run_setting(name: str, args) -> dict:
            "acceptance": replay.label if replay is not None else "measured",
            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
            "setup_s": time.time() - started}
-    out["levels"] = compare_levels(engines, workload, levels, args.repeats, replay,
-                                   PROMPTS_BY_LEVEL, log=lambda m: print(f"{name} {m}", flush=True))
-    taus = [level["b_tau"] for level in out["levels"] if level["b_tau"] is not None]
-    out["speedup_bound"] = bound(setting, models, max(taus) if taus else None)
     out["fingerprint"] = fingerprint.current(setting.engine.device).to_dict()
+    out["levels"] = []
+    for concurrency in levels:  # the record is rewritten after each level: a cut call keeps them
+        out["levels"] += compare_levels(engines, workload, [concurrency], args.repeats, replay,
+                                        PROMPTS_BY_LEVEL,
+                                        log=lambda m: print(f"{name} {m}", flush=True))
+        taus = [level["b_tau"] for level in out["levels"] if level["b_tau"] is not None]
+        out["speedup_bound"] = bound(setting, models, max(taus) if taus else None)
+        out["elapsed_s"] = time.time() - started
+        (OUT / f"batched-{name}.json").write_text(json.dumps(out, indent=1))
     return out
 
 
@@ -80,8 +85,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     for name in args.settings.split(","):
-        record = run_setting(name, args)
-        (OUT / f"batched-{name}.json").write_text(json.dumps(record, indent=1))
+        run_setting(name, args)
 
 
 if __name__ == "__main__":

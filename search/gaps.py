@@ -2,12 +2,15 @@
 calibrated prediction.
 
 Floor: bytes over the read ceiling (or FLOPs over the bf16 rate) of the phase — what no kernel can
-beat. Prediction: ``floor * efficiency + kernels * launch_us``. Each phase's kernels (counted from the
-engine's own step functions, :func:`specpilot.costmodel.kernel_counts`) pay a fixed cost
-``launch_us`` each, measured on the worker's GPU by the ``measure`` job (else the SKU table's); the
-rest of the time is bandwidth-bound, at the efficiency the *AR step* of the same engine build
-reaches once its own kernels' fixed cost is taken out, i.e. "this phase would run as close to its
-ceiling as plain decoding does". Without a launch cost the prediction is the floor scaled by AR
+beat. Prediction: ``floor * efficiency + fixed``. A phase's fixed cost (kernel launches, ramps and
+tails, host gaps, scalar uploads: what does not scale with bytes) is measured on the worker's GPU by
+the ``measure`` job, which runs the same engine build on shrunk models
+(:func:`specpilot.costmodel.fixed.measure_fixed_ms`); without that, it is the phase's kernels (counted
+from the engine's own step functions, :func:`specpilot.costmodel.kernel_counts`) times a per-kernel
+cost (the worker's CUDA-graph probe, else the SKU table's). The rest of the time is bandwidth-bound,
+at the efficiency the *AR step* of the same engine build reaches once its own fixed cost is taken
+out, i.e. "this phase would run as close to its ceiling as plain decoding does". Without a fixed
+cost the prediction is the floor scaled by AR
 measured / AR floor. A phase whose measured time exceeds its prediction is where the engine wastes
 more than AR does — the campaign pushes there first. ``prediction_error`` says how far the
 calibrated model is from the measurement (the acceptance check asks for 20%).
@@ -23,8 +26,8 @@ from specpilot.costmodel import predicted_ms
 
 def gap_rows(setting, features: dict, measured: dict, recipe, context: int = 512) -> list[dict]:
     """Rows {phase, measured_ms, floor_ms, gap, excess_ms[, predicted_ms, prediction_error,
-    num_kernels, launch_ms, bw_efficiency]}; ``num_kernels``/``launch_ms`` are None when no
-    launch cost is known (CPU workers, an unmeasured GPU)."""
+    fixed_ms, num_kernels, launch_ms, bw_efficiency]}; ``fixed_ms``, ``num_kernels`` and
+    ``launch_ms`` are None when no fixed cost is known (CPU workers, an unmeasured GPU)."""
     from specpilot.search.catalog import model_configs
 
     if measured.get("state") not in (None, "ok") or not measured.get("phases_ms"):
@@ -42,20 +45,31 @@ def gap_rows(setting, features: dict, measured: dict, recipe, context: int = 512
     rows = gap_table(costs, {k: v for k, v in phases.items() if k in costs})
     ar_ms = measured.get("ar_ms_per_step")
     if ar_ms and costs["ar"].floor_ms > 0:
-        launch_us = measured.get("launch_us") or gpu.launch_us  # this worker's GPU first
-        kernels = {}
-        if launch_us:
-            kernels = kernel_counts(target, drafter, recipe)
-        efficiency = bandwidth_efficiency(costs["ar"].floor_ms, ar_ms, kernels.get("ar", 0),
-                                          launch_us or 0.0)
+        fixed, kernels, launch_us = _fixed_ms(measured, gpu, target, drafter, recipe)
+        efficiency = bandwidth_efficiency(costs["ar"].floor_ms, ar_ms, fixed.get("ar", 0.0))
         for row in rows:
-            num_kernels = kernels.get(row["phase"])
-            row["num_kernels"] = num_kernels
-            row["launch_ms"] = num_kernels * launch_us / 1e3 if num_kernels is not None else None
+            phase = row["phase"]
+            row["num_kernels"] = kernels.get(phase)
+            row["launch_ms"] = (kernels[phase] * launch_us / 1e3
+                                if phase in kernels and launch_us else None)
+            row["fixed_ms"] = fixed.get(phase)
             row["bw_efficiency"] = efficiency
-            row["predicted_ms"] = predicted_ms(row["floor_ms"], efficiency, num_kernels or 0,
-                                               launch_us or 0.0)
+            row["predicted_ms"] = predicted_ms(row["floor_ms"], efficiency, fixed.get(phase, 0.0))
             row["prediction_error"] = (row["predicted_ms"] - row["measured_ms"]) / \
                 row["measured_ms"] if row["measured_ms"] else None
         rows.sort(key=lambda r: -(r["measured_ms"] - r["predicted_ms"]))
     return rows
+
+
+def _fixed_ms(measured: dict, gpu, target: dict, drafter: dict | None, recipe):
+    """Each phase's fixed cost (ms), the kernels counted and the per-kernel cost used: the worker's
+    shrunk-model measurement (``fixed_ms``) when it ran, else kernels x the measured (or SKU
+    table's) per-kernel cost, else nothing (the prediction is the floor scaled by AR)."""
+    launch_us = measured.get("launch_us") or gpu.launch_us  # this worker's GPU first
+    kernels = kernel_counts(target, drafter, recipe) if launch_us or measured.get("fixed_ms") \
+        else {}
+    if measured.get("fixed_ms"):
+        return dict(measured["fixed_ms"]), kernels, launch_us
+    if launch_us:
+        return {p: n * launch_us / 1e3 for p, n in kernels.items()}, kernels, launch_us
+    return {}, kernels, launch_us

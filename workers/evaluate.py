@@ -89,11 +89,25 @@ def measure(job: dict) -> dict:
                                                 if k in ("gemm", "cuda_graphs",
                                                          "fused_elementwise")}))
         ar_ms = measure_phases(ar_engine, workload)["ms_per_step"].get("verify")
-    return {"ar_ms_per_step": ar_ms,"ms_per_token": summary.get("ms_per_token", {}).get("median")
+    return {"ar_ms_per_step": ar_ms, "fixed_ms": _fixed_ms(models, engine) if ar_ms else None,
+            "ms_per_token": summary.get("ms_per_token", {}).get("median")
             if isinstance(summary.get("ms_per_token"), dict) else summary.get("ms_per_token"),
             "tau": summary.get("tau"), "phases_ms": summary["phases"]["ms_per_step"],
             "acceptance": body["acceptance"], "block_size": engine.block_size,
             "launch_us": measure_launch_us(engine.device)}  # the gap table's per-kernel cost
+
+
+def _fixed_ms(models, engine) -> dict | None:
+    """Each phase's fixed cost on this GPU: the same build on shrunk models (the gap table's
+    prediction adds it to the bandwidth-bound time). None off CUDA, where it would time Python."""
+    if engine.device.type != "cuda":
+        return None
+    from specpilot.costmodel.fixed import measure_fixed_ms
+    from specpilot.search.catalog import model_configs
+
+    target, drafter = model_configs(models.setting)
+    return measure_fixed_ms(target, drafter if engine.drafter is not None else None,
+                            engine.recipe, engine.device, engine.target.lm_head.weight.dtype)
 
 
 def candidate(job: dict) -> dict:

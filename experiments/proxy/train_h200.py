@@ -134,7 +134,8 @@ def write_profiles(rows: list[dict], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def profiles(models, num_prompts: int, max_new_tokens: int, path: Path) -> tuple[list[dict], dict]:
+def profiles(models, num_prompts: int, max_new_tokens: int, path: Path,
+             datasets=PROFILE_DATASETS) -> tuple[list[dict], dict]:
     """Stock engine on each dataset's prompts (natural stop): accept lengths, and equality to AR.
     The Parquet at ``path`` is rewritten after every dataset, so a cut-off run keeps what it did."""
     from specpilot.datasets import load_prompts
@@ -145,7 +146,8 @@ def profiles(models, num_prompts: int, max_new_tokens: int, path: Path) -> tuple
     stock, ar = models.engine(STOCK), models.engine(AR)
     params = SamplingParams(max_new_tokens=max_new_tokens)
     rows, summary = [], {}
-    for dataset in PROFILE_DATASETS:
+    for dataset in datasets:
+        started = time.perf_counter()
         lengths, equal, tokens = [], 0, 0
         for text in load_prompts(dataset, num_prompts):
             ids = models.tokenizer.encode(text).ids
@@ -157,18 +159,19 @@ def profiles(models, num_prompts: int, max_new_tokens: int, path: Path) -> tuple
         tau = sum(lengths) / len(lengths)
         summary[dataset] = {"tau": round(tau, 4), "steps": len(lengths), "tokens": tokens,
                             "prompts_equal_to_ar": equal, "num_prompts": num_prompts,
-                            "histogram": hist}
+                            "histogram": hist, "wall_s": round(time.perf_counter() - started, 1)}
         rows += [{"pair": "proxy-h200-dflash2", "dataset": dataset,
                   "block_size": stock.block_size, "accept_length": k, "count": n,
                   "tau": tau, "num_prompts": num_prompts, "max_new_tokens": max_new_tokens}
                  for k, n in hist.items()]
-        print(f"profile {dataset}: tau {tau:.3f}, {equal}/{num_prompts} prompts equal to AR",
-              flush=True)
+        print(f"profile {dataset}: tau {tau:.3f}, {equal}/{num_prompts} prompts equal to AR "
+              f"({summary[dataset]['wall_s']} s)", flush=True)
         write_profiles(rows, path)
     return rows, summary
 
 
-def main(argv=None) -> int:
+def train(args, record: dict, mark, target_config: dict, drafter_config: dict, batch) -> float:
+    """Stages 1-4: corpus, tokenizer, target, continuations, drafter; checkpoints in ``args.out``."""
     from specpilot.engines.models import load_model
     from specpilot.training import DrafterTraining
     from specpilot.training import TargetTraining
@@ -176,52 +179,6 @@ def main(argv=None) -> int:
     from specpilot.training import save_checkpoint
     from specpilot.training import train_drafter
     from specpilot.training import train_target
-
-    home = Path(os.environ.get("SPECPILOT_HOME", Path.home() / ".cache" / "specpilot"))
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=home / "models" / "proxy-h200")
-    parser.add_argument("--results", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--code-bytes", type=int, default=8_000_000)
-    parser.add_argument("--target-steps", type=int, default=3000)
-    parser.add_argument("--target-budget-s", type=float, default=None)
-    parser.add_argument("--target-stop-step", type=int, default=None,
-                        help="stop there, the schedule still spanning --target-steps (reproduces a "
-                             "budgeted run from its steps_done)")
-    parser.add_argument("--drafter-steps", type=int, default=3000)
-    parser.add_argument("--drafter-stop-step", type=int, default=None)
-    parser.add_argument("--drafter-budget-s", type=float, default=None)
-    parser.add_argument("--num-math", type=int, default=1536)
-    parser.add_argument("--num-code", type=int, default=512)
-    parser.add_argument("--num-new-tokens", type=int, default=96)
-    parser.add_argument("--profile-prompts", type=int, default=16)
-    parser.add_argument("--profile-tokens", type=int, default=192)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--setting", default="h200_c1_proxy-qwen38_dflash2",
-                        help="the setting whose checkpoints are --out (profiles load it)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="shrink the models and batches (a CPU check of the whole script)")
-    args = parser.parse_args(argv)
-    target_config, drafter_config, batch = TARGET_CONFIG, DRAFTER_CONFIG, (32, 128, 32)
-    if args.smoke:
-        target_config = {**TARGET_CONFIG, "hidden_size": 64, "num_hidden_layers": 8,
-                         "intermediate_size": 128, "num_attention_heads": 2,
-                         "linear_num_key_heads": 2, "linear_num_value_heads": 4}
-        drafter_config = {**DRAFTER_CONFIG, "hidden_size": 64, "intermediate_size": 128,
-                          "num_attention_heads": 2, "num_key_value_heads": 1,
-                          "num_target_layers": 8, "dflash_config": {
-                              **DRAFTER_CONFIG["dflash_config"], "target_layer_ids": [1, 3, 5, 7]}}
-        batch = (4, 64, 4)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    args.results.mkdir(parents=True, exist_ok=True)
-    record = {"args": {k: str(v) for k, v in vars(args).items()}, "timings": {}}
-    started = time.perf_counter()
-
-    def mark(name, since):
-        record["timings"][name] = round(time.perf_counter() - since, 1)
-        (args.results / "proxy_training.json").write_text(json.dumps(record, indent=1))
-        return time.perf_counter()
 
     t = time.perf_counter()
     texts, record["corpus"] = corpus(args.code_bytes)
@@ -261,6 +218,66 @@ def main(argv=None) -> int:
     if args.device == "cuda":
         torch.cuda.empty_cache()
     t = mark("drafter_s", t)
+    return t
+
+
+def main(argv=None) -> int:
+    home = Path(os.environ.get("SPECPILOT_HOME", Path.home() / ".cache" / "specpilot"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=home / "models" / "proxy-h200")
+    parser.add_argument("--results", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--code-bytes", type=int, default=8_000_000)
+    parser.add_argument("--target-steps", type=int, default=3000)
+    parser.add_argument("--target-budget-s", type=float, default=None)
+    parser.add_argument("--target-stop-step", type=int, default=None,
+                        help="stop there, the schedule still spanning --target-steps (reproduces a "
+                             "budgeted run from its steps_done)")
+    parser.add_argument("--drafter-steps", type=int, default=3000)
+    parser.add_argument("--drafter-stop-step", type=int, default=None)
+    parser.add_argument("--drafter-budget-s", type=float, default=None)
+    parser.add_argument("--num-math", type=int, default=1536)
+    parser.add_argument("--num-code", type=int, default=512)
+    parser.add_argument("--num-new-tokens", type=int, default=96)
+    parser.add_argument("--profile-prompts", type=int, default=16)
+    parser.add_argument("--profile-tokens", type=int, default=192)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--setting", default="h200_c1_proxy-qwen38_dflash2",
+                        help="the setting whose checkpoints are --out (profiles load it)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="skip training when --out already holds both checkpoints (a second "
+                             "call on the same machine measures the profiles)")
+    parser.add_argument("--profile-datasets", default=",".join(PROFILE_DATASETS))
+    parser.add_argument("--smoke", action="store_true",
+                        help="shrink the models and batches (a CPU check of the whole script)")
+    args = parser.parse_args(argv)
+    target_config, drafter_config, batch = TARGET_CONFIG, DRAFTER_CONFIG, (32, 128, 32)
+    if args.smoke:
+        target_config = {**TARGET_CONFIG, "hidden_size": 64, "num_hidden_layers": 8,
+                         "intermediate_size": 128, "num_attention_heads": 2,
+                         "linear_num_key_heads": 2, "linear_num_value_heads": 4}
+        drafter_config = {**DRAFTER_CONFIG, "hidden_size": 64, "intermediate_size": 128,
+                          "num_attention_heads": 2, "num_key_value_heads": 1,
+                          "num_target_layers": 8, "dflash_config": {
+                              **DRAFTER_CONFIG["dflash_config"], "target_layer_ids": [1, 3, 5, 7]}}
+        batch = (4, 64, 4)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    args.results.mkdir(parents=True, exist_ok=True)
+    record = {"args": {k: str(v) for k, v in vars(args).items()}, "timings": {}}
+    started = time.perf_counter()
+
+    def mark(name, since):
+        record["timings"][name] = round(time.perf_counter() - since, 1)
+        (args.results / "proxy_training.json").write_text(json.dumps(record, indent=1))
+        return time.perf_counter()
+
+    t = time.perf_counter()
+    if args.reuse and all((args.out / d / "config.json").exists() for d in ("target", "dflash2")):
+        record["reused"] = str(args.out)
+        print(f"reusing the checkpoints in {args.out}", flush=True)
+    else:
+        t = train(args, record, mark, target_config, drafter_config, batch)
     from specpilot.build import load_models
     from specpilot.settings import load_setting
 
@@ -271,9 +288,15 @@ def main(argv=None) -> int:
     if Path(measured_dir).resolve() != (args.out / "target").resolve():
         raise SystemExit(f"setting {args.setting} reads {measured_dir}, not --out {args.out}: "
                          "set SPECPILOT_HOME (or --out) so that they agree")
+    if setting.engine.device != args.device:  # --smoke on a CPU box
+        import dataclasses
+
+        setting = dataclasses.replace(setting, engine=dataclasses.replace(
+            setting.engine, device=args.device, dtype="float32"))
     models = load_models(setting)
     _, record["profiles"] = profiles(models, args.profile_prompts, args.profile_tokens,
-                                     args.results / "proxy-h200-dflash2.parquet")
+                                     args.results / "proxy-h200-dflash2.parquet",
+                                     args.profile_datasets.split(","))
     mark("profiles_s", t)
     record["timings"]["total_s"] = round(time.perf_counter() - started, 1)
     from specpilot.fingerprint import current

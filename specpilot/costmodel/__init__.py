@@ -3,6 +3,7 @@ phase and their fixed cost, the bound speedup for an acceptance profile, and the
 vs floor and vs the calibrated prediction) that tells a campaign where an engine is farthest from
 its hardware ceiling (DESIGN.md §6)."""
 
+from specpilot.costmodel.fixed import measure_fixed_ms
 from specpilot.costmodel.gpus import GPUS
 from specpilot.costmodel.gpus import Gpu
 from specpilot.costmodel.launches import kernel_counts
@@ -15,4 +16,4 @@ from specpilot.costmodel.phases import predicted_ms
 from specpilot.costmodel.phases import speedup_bound
 
 __all__ = ["GPUS", "Gpu", "PhaseCost", "bandwidth_efficiency", "engine_costs", "gap_table",
-           "kernel_counts", "measure_launch_us", "predicted_ms", "speedup_bound"]
+           "kernel_counts", "measure_fixed_ms", "measure_launch_us", "predicted_ms", "speedup_bound"]

@@ -49,7 +49,7 @@ PHASES = ("ar", "verify", "draft", "commit")
 GRAPH_INPUT_COPIES = 2  # every captured step function takes two tensors (engine.py `_graphs`)
 FLA_FUSED_RECURRENT_KERNELS = 1
 
-_SHRUNK = {"hidden_size": 64, "intermediate_size": 64, "vocab_size": 256, "head_dim": 16,
+SHRUNK_SIZES = {"hidden_size": 64, "intermediate_size": 64, "vocab_size": 256, "head_dim": 16,
            "linear_key_head_dim": 8, "linear_value_head_dim": 8, "selector_rank": 8,
            "markov_rank": 8, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}
 _ALLOCATIONS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
@@ -57,21 +57,22 @@ _ALLOCATIONS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten:
 _CACHE: dict[str, dict[str, int]] = {}
 
 
-def shrink_config(config: dict) -> dict:
-    """``config`` with tiny dims and every structural field kept (nested text/drafter configs too);
-    token ids are clamped into the shrunk vocabulary."""
+def shrink_config(config: dict, sizes: dict | None = None) -> dict:
+    """``config`` with tiny dims (``sizes``, default ``SHRUNK_SIZES``) and every structural field kept
+    (nested text/drafter configs too); token ids are clamped into the shrunk vocabulary."""
     out = copy.deepcopy(config)
+    sizes = sizes or SHRUNK_SIZES
 
     def walk(node: dict) -> None:
         for key, value in node.items():
             if isinstance(value, dict):
                 walk(value)
-            elif key in _SHRUNK and isinstance(value, int):
-                node[key] = min(value, _SHRUNK[key])
+            elif key in sizes and isinstance(value, int):
+                node[key] = min(value, sizes[key])
             elif key.endswith("token_id") and isinstance(value, int):
-                node[key] = value % _SHRUNK["vocab_size"]
+                node[key] = value % sizes["vocab_size"]
             elif key.endswith("token_id") and isinstance(value, list):
-                node[key] = [v % _SHRUNK["vocab_size"] for v in value]
+                node[key] = [v % sizes["vocab_size"] for v in value]
 
     walk(out)
     return out

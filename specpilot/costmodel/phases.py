@@ -130,17 +130,16 @@ def _commit_bytes(target, drafter, context: int, rows: int, rollback: str) -> fl
     return total
 
 
-def bandwidth_efficiency(ar_floor_ms: float, ar_ms: float, ar_kernels: int = 0,
-                         launch_us: float = 0.0) -> float:
-    """How far the AR step's bandwidth-bound time sits above its floor (>= 1), once the fixed cost
-    of its kernels is taken out: ``(ar_ms - ar_kernels * launch_us) / ar_floor_ms``."""
-    return max(1.0, (ar_ms - ar_kernels * launch_us / 1e3) / ar_floor_ms)
+def bandwidth_efficiency(ar_floor_ms: float, ar_ms: float, ar_fixed_ms: float = 0.0) -> float:
+    """How far the AR step's bandwidth-bound time sits above its floor (>= 1), once its fixed cost
+    (kernel launches, host gaps: what does not scale with bytes) is taken out:
+    ``(ar_ms - ar_fixed_ms) / ar_floor_ms``."""
+    return max(1.0, (ar_ms - ar_fixed_ms) / ar_floor_ms)
 
 
-def predicted_ms(floor_ms: float, efficiency: float, num_kernels: int = 0,
-                 launch_us: float = 0.0) -> float:
-    """A phase's time: its floor at the AR step's bandwidth efficiency, plus its kernels' fixed cost."""
-    return floor_ms * efficiency + num_kernels * launch_us / 1e3
+def predicted_ms(floor_ms: float, efficiency: float, fixed_ms: float = 0.0) -> float:
+    """A phase's time: its floor at the AR step's bandwidth efficiency, plus its fixed cost."""
+    return floor_ms * efficiency + fixed_ms
 
 
 def speedup_bound(costs: dict[str, PhaseCost], tau: float) -> float:

@@ -58,13 +58,13 @@ def test_fusion_and_graphs_change_the_counts_as_the_cuda_engine_does():
     assert all(fused[p] - no_graphs[p] == GRAPH_INPUT_COPIES for p in fused)
 
 
-def test_prediction_adds_the_launch_term_to_the_calibrated_floor():
-    # AR: 10 ms floor, 1000 kernels at 3 us -> 3 ms fixed cost, so 13.5 ms leaves 10.5 ms of traffic
-    efficiency = bandwidth_efficiency(10.0, 13.5, 1000, 3.0)
+def test_prediction_adds_the_fixed_cost_to_the_calibrated_floor():
+    # AR: 10 ms floor and 3 ms fixed cost, so 13.5 ms leaves 10.5 ms of traffic
+    efficiency = bandwidth_efficiency(10.0, 13.5, 3.0)
     assert efficiency == pytest.approx(1.05)
-    assert predicted_ms(2.0, efficiency, 400, 3.0) == pytest.approx(2.0 * 1.05 + 1.2)
-    assert bandwidth_efficiency(10.0, 12.0, 1000, 3.0) == 1.0  # clamped: never above the ceiling
-    assert bandwidth_efficiency(10.0, 14.0) == pytest.approx(1.4)  # no launch term: AR / floor
+    assert predicted_ms(2.0, efficiency, 1.2) == pytest.approx(2.0 * 1.05 + 1.2)
+    assert bandwidth_efficiency(10.0, 12.0, 3.0) == 1.0  # clamped: never above the ceiling
+    assert bandwidth_efficiency(10.0, 14.0) == pytest.approx(1.4)  # no fixed cost: AR / floor
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,7 @@ def test_gap_rows_use_the_measured_launch_cost(setting, monkeypatch):
     for phase, row in rows.items():
         assert row["num_kernels"] == fake[phase]
         assert row["launch_ms"] == pytest.approx(fake[phase] * 3e-3)
+        assert row["fixed_ms"] == pytest.approx(row["launch_ms"])
         assert row["predicted_ms"] == pytest.approx(floors[phase] * efficiency + row["launch_ms"])
         assert row["prediction_error"] == pytest.approx(
             (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"])
@@ -104,8 +105,34 @@ def test_gap_rows_without_a_launch_cost_scale_the_floor_by_ar(setting, monkeypat
     rows = gaps.gap_rows(setting, {}, {**MEASURED, "launch_us": None}, STOCK)
     efficiency = rows[0]["bw_efficiency"]
     for row in rows:
-        assert row["num_kernels"] is None and row["launch_ms"] is None
+        assert row["num_kernels"] is None and row["launch_ms"] is None and row["fixed_ms"] is None
         assert row["predicted_ms"] == pytest.approx(row["floor_ms"] * efficiency)
+
+
+def test_gap_rows_prefer_the_measured_fixed_cost(setting, monkeypatch):
+    from specpilot.search import gaps
+
+    fake = {"ar": 1400, "draft": 470, "verify": 2000, "commit": 240}
+    monkeypatch.setattr(gaps, "kernel_counts", lambda target, drafter, recipe: fake)
+    fixed = {"ar": 3.5, "draft": 1.1, "verify": 5.0, "accept": 0.1, "commit": 0.8}
+    rows = {r["phase"]: r for r in gaps.gap_rows(setting, {}, {**MEASURED, "fixed_ms": fixed},
+                                                 STOCK)}
+    ar_floor = engine_costs(*model_configs(setting), GPUS["h200"], 8)["ar"].floor_ms
+    efficiency = max(1.0, (16.0 - 3.5) / ar_floor)
+    for phase, row in rows.items():
+        assert row["fixed_ms"] == fixed[phase] and row["num_kernels"] == fake[phase]
+        assert row["bw_efficiency"] == pytest.approx(efficiency)
+        assert row["predicted_ms"] == pytest.approx(row["floor_ms"] * efficiency + fixed[phase])
+
+
+def test_fixed_cost_probe_runs_the_recipes_phases_on_shrunk_models():
+    from specpilot.costmodel.fixed import measure_fixed_ms
+
+    fixed = measure_fixed_ms(*configs(4), STOCK, "cpu", max_new_tokens=6, repeats=1)
+    assert set(fixed) == {"ar", "draft", "verify", "accept", "commit"}
+    assert all(ms > 0 for ms in fixed.values())
+    ar_only = measure_fixed_ms(configs(4)[0], None, STOCK, "cpu", max_new_tokens=3, repeats=1)
+    assert set(ar_only) == {"ar"}
 
 
 def test_launch_probe_needs_a_gpu():
