@@ -160,7 +160,11 @@ class GDNState:
         self.conv.copy_(window.gather(2, index.conv_window(window, self.conv.shape[-1])))
         if pending.steps is not None:
             steps = pending.steps
-            self.recurrent.copy_(steps.flatten(0, 1).index_select(0, index.last_step(steps.shape[1])))
+            kept = index.last_step(steps.shape[1])
+            if self.recurrent.is_contiguous():  # straight into the state: no temporary copy
+                torch.index_select(steps.flatten(0, 1), 0, kept, out=self.recurrent)
+            else:
+                self.recurrent.copy_(steps.flatten(0, 1).index_select(0, kept))
             return
         q, k, v, g, beta = pending.inputs
         drop = index.dropped_rows(q.shape[1])[..., None]  # [B, T, 1]

@@ -135,7 +135,10 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
     95% CI, and each engine's median p99 request latency. The first run of each engine per level
     is preceded by a warm-up request."""
     import dataclasses
+    import gc
     import statistics
+
+    import torch
 
     from specpilot.bench.stats import estimate_speedup
 
@@ -170,7 +173,10 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
                     for side in runs},
                  "b_tau": statistics.median(r["tau"] for r in runs["b"])
                  if all(r["tau"] is not None for r in runs["b"]) else None}
-        del batches
+        del batches  # their captured graphs hold them in cycles: free the memory for the next
+        gc.collect()
+        if any(e.device.type == "cuda" for e in engines.values()):
+            torch.cuda.empty_cache()
         log(f"c={concurrency}: b/a throughput {entry['median_ratio']:.3f}x "
             f"[{entry['ci95'][0]:.3f}, {entry['ci95'][1]:.3f}] (a {entry['a_tok_s']:.1f} tok/s, "
             f"b {entry['b_tok_s']:.1f} tok/s)")
