@@ -55,7 +55,7 @@ def run_setting(name: str, args) -> dict:
     replay = replay_for(models, workload, spec=args.acceptance)
     engines = {"a": models.engine(recipe_for(setting, args.a)),
                "b": models.engine(recipe_for(setting, args.b))}
-    out = {"kind": "batched_compare", "setting": name, "a": args.a, "b": args.b,
+    out = {"kind": "batched_compare", "timestamp": started, "setting": name, "a": args.a, "b": args.b,
            "acceptance": replay.label if replay is not None else "measured",
            "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
            "setup_s": time.time() - started}

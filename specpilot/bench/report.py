@@ -7,8 +7,10 @@ JSON files without a ``kind`` of bench / compare / score / batched_compare (e.g.
 dumps) are listed as not rendered.
 """
 
+import datetime
 import json
 import os
+import re
 from pathlib import Path
 
 from specpilot.errors import SpecPilotError
@@ -52,6 +54,15 @@ def _commit(record: dict) -> str:
     return commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
+def _date(record: dict) -> str:
+    """UTC date of the measurement: the record's timestamp, else the date in its file name."""
+    if isinstance(record.get("timestamp"), (int, float)):
+        return datetime.datetime.fromtimestamp(record["timestamp"], datetime.timezone.utc) \
+            .strftime("%Y-%m-%d")
+    found = re.search(r"\d{4}-\d{2}-\d{2}", record["_file"].name)
+    return found.group(0) if found else "?"
+
+
 def _spread(dist: dict | None) -> str:
     if not dist:
         return "–"
@@ -86,7 +97,7 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
         speedups.append([r["setting"], r["a"]["engine"], r["b"]["engine"],
                          r.get("acceptance", "?"), _device(r), f"**{_num(r['median_speedup'])}**",
                          f"[{_num(lo)}, {_num(hi)}]", str(len(r["ratios"])), method,
-                         r["stop_reason"], _link(r, base)])
+                         r["stop_reason"], _commit(r), _date(r), _link(r, base)])
     throughput = []
     for r in of["batched_compare"]:
         for level in r["levels"]:
@@ -97,7 +108,7 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
                                str(len(level["ratios"])), _num(level["a_tok_s"]),
                                _num(level["b_tok_s"]), _num(level["a_p99_latency_s"]),
                                _num(level["b_p99_latency_s"]), _num(r.get("speedup_bound")),
-                               _commit(r), _link(r, base)])
+                               _commit(r), _date(r), _link(r, base)])
     quality = [[r["setting"], r["engine"], r["dataset"], f"{r['accuracy']:.1%}",
                 f"{r['num_correct']}/{r['num_examples']}", _device(r), _link(r, base)]
                for r in of["score"]]
@@ -115,7 +126,8 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
     lines += ["", "**Speedup, A/B** (per-prompt A time / B time; > 1: B is faster; bootstrap "
               "95% CI of the median)", ""]
     lines += _table(["setting", "A", "B", "acceptance", "device", "speedup", "95% CI", "pairs",
-                     "method", "stopped by", "record"], speedups, "no compare records yet")
+                     "method", "stopped by", "commit", "date", "record"], speedups,
+                    "no compare records yet")
     if throughput:
         lines += ["", "**Throughput A/B under continuous batching** (B tok/s / A tok/s per "
                   "interleaved repetition; bootstrap 95% CI of the median; p99 request latency in "
@@ -123,7 +135,13 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
                   ""]
         lines += _table(["setting", "A", "B", "acceptance", "device", "concurrency",
                          "throughput ratio", "95% CI", "reps", "A tok/s", "B tok/s", "A p99",
-                         "B p99", "bound", "commit", "record"], throughput, "")
+                         "B p99", "bound", "commit", "date", "record"], throughput, "")
+    if any(str(r.get("acceptance", "")).startswith("replayed") for r in records):
+        lines += ["", "Acceptance `replayed(...)`: the setting's target and drafter ran with **random "
+                  "weights** of the full size, and each step's accepted length was drawn from the "
+                  "named profile (`tau:X`: parametric at that tau; `profile:PAIR#DATASET`: measured "
+                  "with the project's proxy pair); the speed is real, the tokens are not. "
+                  "`measured`: real weights, real acceptance."]
     lines += ["", "**Quality sanity checks** (token forcing is the correctness proof)", ""]
     lines += _table(["setting", "engine", "dataset", "score", "correct", "device", "record"],
                     quality, "no score records yet")

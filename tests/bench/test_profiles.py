@@ -9,11 +9,12 @@ from specpilot.bench.workload import load_profile
 from specpilot.errors import SpecPilotError
 
 RECORD = Path(__file__).resolve().parents[2] / "experiments" / "results" / \
-    "h200-2026-11-29-proxy-run2.json"
+    "h200-2026-11-29-proxy-run3.json"
 
 
 def test_shipped_proxy_profile_matches_its_committed_record():
-    measured = json.loads(RECORD.read_text())["profiles"]
+    measured = json.loads(RECORD.read_text())["call_2"]["training"]["profiles"]
+    assert set(measured) == {"gsm8k", "math500", "humaneval", "mbpp"}
     for dataset, summary in measured.items():
         profile = load_profile(f"profile:proxy-h200-dflash2#{dataset}", 8, Path("."))
         assert profile.tau == pytest.approx(summary["tau"], abs=1e-3)
