@@ -38,6 +38,7 @@ from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
+from specpilot.errors import SpecPilotError
 
 
 @dataclasses.dataclass
@@ -70,6 +71,15 @@ class BatchEngine:
         if recipe.tree_verify:
             raise ValueError(f"recipe {recipe.name!r}: tree verification is single-request for "
                              "now; batched decoding verifies one chain per request")
+        self.engine, self.max_batch = engine, max_batch
+        try:
+            self._build(engine, max_batch, pad_to_buckets)
+        except torch.OutOfMemoryError as err:
+            self.__dict__.clear()  # drop what was allocated before re-raising
+            raise SpecPilotError(_out_of_memory(engine, max_batch, err)) from err
+
+    def _build(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None) -> None:
+        """Caches, step buffers and (on CUDA) the captured graphs of every batch bucket."""
         self.engine, self.max_batch = engine, max_batch
         self.cache = engine.target.new_cache(max_batch, engine.max_len, engine.recipe.gdn_rollback)
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)
@@ -309,3 +319,23 @@ class BatchEngine:
             self._maybe_finish(r)
             out.append((r, new))
         return out
+
+
+def _out_of_memory(engine: Engine, max_batch: int, err: Exception) -> str:
+    """Why a batch of ``max_batch`` rows does not fit, and what to change."""
+    from specpilot.engines.cache import GDNState
+
+    recipe = engine.recipe
+    with torch.device("meta"):
+        layers = engine.target.new_cache(1, 1, recipe.gdn_rollback).layers
+    state = sum(layer.recurrent.numel() * layer.recurrent.element_size()
+                for layer in layers if isinstance(layer, GDNState))
+    rows = engine.block_size + 1 if recipe.gdn_rollback == "snapshot" and engine.drafter else 1
+    hint = (f"; its snapshot rollback keeps {rows} recurrent states per row in every verify "
+            f"({rows * state * max_batch / 2**30:.1f} GiB at {max_batch} rows): "
+            "gdn_rollback='replay' keeps the step inputs instead" if rows > 1 and state else "")
+    first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return (f"recipe {recipe.name!r}: a batch of {max_batch} rows of {engine.max_len} tokens does "
+            f"not fit on {engine.device} ({first_line}){hint}; lower the concurrency or the "
+            "setting's max_len")
+

@@ -65,7 +65,7 @@ def run_setting(name: str, args) -> dict:
         out["levels"] += compare_levels(engines, workload, [concurrency], args.repeats, replay,
                                         PROMPTS_BY_LEVEL,
                                         log=lambda m: print(f"{name} {m}", flush=True))
-        taus = [level["b_tau"] for level in out["levels"] if level["b_tau"] is not None]
+        taus = [level["b_tau"] for level in out["levels"] if level.get("b_tau") is not None]
         out["speedup_bound"] = bound(setting, models, max(taus) if taus else None)
         out["elapsed_s"] = time.time() - started
         (OUT / f"batched-{name}.json").write_text(json.dumps(out, indent=1))

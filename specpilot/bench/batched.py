@@ -147,7 +147,16 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
     out = []
     for concurrency in levels:
         # one batched engine per side and level: its caches and CUDA graphs serve every repetition
-        batches = {side: BatchEngine(engine, concurrency) for side, engine in engines.items()}
+        try:
+            batches = {side: BatchEngine(engine, concurrency) for side, engine in engines.items()}
+        except SpecPilotError as err:  # a level that does not fit is a recorded outcome
+            batches = None
+            gc.collect()
+            if any(e.device.type == "cuda" for e in engines.values()):
+                torch.cuda.empty_cache()
+            log(f"c={concurrency}: not run: {err}")
+            out.append({"concurrency": concurrency, "error": str(err)})
+            continue
         n = (prompts_by_level or {}).get(concurrency, 2 * concurrency)
         sub = dataclasses.replace(workload, prompts=workload.prompts[:n],
                                   texts=workload.texts[:n])

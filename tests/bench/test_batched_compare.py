@@ -26,3 +26,32 @@ def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli
     text = readme.read_text()
     assert "Throughput A/B under continuous batching" in text
     assert f"**{record['levels'][1]['median_ratio']:.3g}**" in text
+
+
+def test_a_level_that_does_not_fit_is_recorded_and_rendered(tmp_path, monkeypatch, specpilot_cli):
+    from specpilot.engines import batch
+    from specpilot.errors import SpecPilotError
+
+    spec = importlib.util.spec_from_file_location("h200_batched", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path / "results")
+    real = batch.BatchEngine
+
+    def engine_or_no_memory(engine, max_batch, *args, **kwargs):
+        if max_batch == 2:
+            raise SpecPilotError("recipe 'stock': a batch of 2 rows of 2048 tokens does not fit")
+        return real(engine, max_batch, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "BatchEngine", engine_or_no_memory)
+    script.main(["--settings", "cpu_c1_tiny", "--levels", "2,1", "--repeats", "2",
+                 "--max-new-tokens", "4"])
+    record = json.loads((tmp_path / "results" / "batched-cpu_c1_tiny.json").read_text())
+    assert record["levels"][0] == {"concurrency": 2, "error": "recipe 'stock': a batch of 2 rows "
+                                   "of 2048 tokens does not fit"}
+    assert record["levels"][1]["concurrency"] == 1 and len(record["levels"][1]["ratios"]) == 2
+    readme = tmp_path / "README.md"
+    readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
+    assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0
+    assert "| 2 | not run: recipe 'stock': a batch of 2 rows of 2048 tokens does not fit |" in \
+        readme.read_text()

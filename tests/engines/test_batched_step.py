@@ -206,3 +206,24 @@ def test_graph_bookkeeping_keeps_tokens(monkeypatch):
     replayed[1].replay = ReplayPlan(refs[1], AcceptanceProfile.fixed(3, 8), tiny.VOCAB_SIZE)
     assert _run(batch, replayed) == refs
     assert _run(batch, _requests(prompts, [16] * 3)) == refs  # the forced counts were cleared
+
+
+def test_a_batch_that_does_not_fit_fails_at_construction_with_what_to_change(monkeypatch):
+    """Out of device memory while allocating the rows or capturing the buckets: a clear error that
+    names the rows, the snapshot states they keep and the switch that keeps less."""
+    from specpilot.engines import batch as batch_module
+    from specpilot.errors import SpecPilotError
+
+    models = load_models(load_setting("cpu_c1_tiny"))
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 768.00 MiB.")
+
+    monkeypatch.setattr(batch_module, "RowState", no_memory)
+    with pytest.raises(SpecPilotError, match=r"a batch of 32 rows .* does not fit") as err:
+        BatchEngine(models.engine(STOCK), 32)
+    assert "keeps 9 recurrent states per row" in str(err.value)
+    assert "gdn_rollback='replay'" in str(err.value) and "768.00 MiB" in str(err.value)
+    with pytest.raises(SpecPilotError) as err:
+        BatchEngine(models.engine(STOCK.replace(gdn_rollback="replay")), 32)
+    assert "gdn_rollback='replay' keeps" not in str(err.value)
