@@ -82,6 +82,8 @@ class BatchEngine:
         """Caches, step buffers and (on CUDA) the captured graphs of every batch bucket."""
         self.engine, self.max_batch = engine, max_batch
         self.cache = engine.target.new_cache(max_batch, engine.max_len, engine.recipe.gdn_rollback)
+        if engine.drafter is not None:  # one snapshot buffer for every bucket's verify
+            self.cache.reserve_snapshots(engine.block_size)
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)
                             if engine.drafter is not None else None)
         self.running: list[Running] = []

@@ -131,12 +131,33 @@ class GDNState:
         self.recurrent = torch.zeros(num_rows, num_v_heads, k_head_dim, v_head_dim,
                                      dtype=torch.float32, device=device)
         self.pending: PendingRows | None = None
+        self.snapshots: torch.Tensor | None = None  # [B, T, HV, Dk, Dv] once reserved
+
+    def reserve_snapshots(self, num_steps: int) -> None:
+        """Keep the per-row states of a ``num_steps``-row verify (snapshot rollback) in one buffer
+        owned by this state: every forward of that width writes its snapshots there, so forwards
+        of several batch sizes (the CUDA graph of each bucket) share it instead of each holding
+        its own."""
+        if self.rollback == "snapshot" and (self.snapshots is None or
+                                            self.snapshots.shape[1] != num_steps):
+            self.snapshots = torch.empty(self.recurrent.shape[0], num_steps,
+                                         *self.recurrent.shape[1:], dtype=torch.float32,
+                                         device=self.recurrent.device)
 
     def rows(self, index: slice) -> "GDNState":
         view = object.__new__(GDNState)
         view.rollback, view.pending = self.rollback, None
         view.conv, view.recurrent = self.conv[index], self.recurrent[index]
+        view.snapshots = self.snapshots[index] if self.snapshots is not None else None
         return view
+
+    def snapshot_buffer(self, num_seqs: int, num_tokens: int) -> torch.Tensor | None:
+        """Where a forward of ``num_seqs`` sequences x ``num_tokens`` rows keeps its snapshots
+        (None: no reserved buffer of that shape; the forward allocates its own)."""
+        buffer = self.snapshots
+        if buffer is None or self.tree is not None or buffer.shape[:2] != (num_seqs, num_tokens):
+            return None
+        return buffer
 
     def with_tree(self, tree) -> "GDNState":
         """A view (shared state) that runs ``tree``'s paths; its pending rows are per path."""
@@ -229,6 +250,14 @@ class ModelCache:
                 layer.truncate(new_lengths)
             elif isinstance(layer, GDNState):
                 layer.commit(num_rows, None if pending is None else pending[i], index)
+
+    def reserve_snapshots(self, num_steps: int) -> "ModelCache":
+        """Reserve every Gated-DeltaNet layer's snapshot buffer for ``num_steps``-row verifies
+        (:meth:`GDNState.reserve_snapshots`); a no-op for other layers and rollbacks."""
+        for layer in self.layers:
+            if isinstance(layer, GDNState):
+                layer.reserve_snapshots(num_steps)
+        return self
 
     def tree_view(self, tree) -> "ModelCache":
         """Views of every layer (shared storage) for one forward over ``tree``'s nodes."""

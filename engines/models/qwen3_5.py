@@ -130,7 +130,8 @@ class Qwen3_5GatedDeltaNet(Fusable):
         v = v.reshape(num_seqs, num_tokens, -1, self.head_v_dim)
         beta, g = self.op(gdn_gates)(a, b, self.A_log, self.dt_bias)
         keep_steps = not commit_all and state.rollback == "snapshot"
-        out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps)
+        buffer = state.snapshot_buffer(num_seqs, num_tokens) if keep_steps else None
+        out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer)
         if commit_all:
             state.conv.copy_(window[:, :, window.shape[-1] - state.conv.shape[-1]:])
             state.recurrent.copy_(final)

@@ -19,7 +19,7 @@ def have_fla() -> bool:
     return True
 
 
-def _fla(q, k, v, g, beta, initial_state, keep_steps):
+def _fla(q, k, v, g, beta, initial_state, keep_steps, steps_out=None):
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
@@ -35,7 +35,10 @@ def _fla(q, k, v, g, beta, initial_state, keep_steps):
                 initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
             outs.append(o)
             steps.append(state)
-        return torch.cat(outs, dim=1), state, torch.stack(steps, dim=1)
+        if steps_out is None:
+            return torch.cat(outs, dim=1), state, torch.stack(steps, dim=1)
+        torch.stack(steps, dim=1, out=steps_out)  # one kernel, straight into the kept buffer
+        return torch.cat(outs, dim=1), state, steps_out
     # chunk kernel for long prefill; the fused recurrent kernel for decode/verify widths
     fn = chunk_gated_delta_rule if num_tokens > 64 else fused_recurrent_gated_delta_rule
     o, state = fn(q, k, v, g=g, beta=beta, initial_state=initial_state,
@@ -47,8 +50,11 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False):
+def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False,
+                     steps_out: torch.Tensor | None = None):
     """Same contract as :func:`gated_delta_rule_ref`; runs fla's Triton kernels on CUDA tensors.
+    With ``keep_steps``, ``steps_out`` [B, T, HV, Dk, Dv] (fp32) receives the per-row states and is
+    returned as them (a buffer the caller keeps across forwards).
 
     Training (inputs that need a gradient) on CUDA runs the chunked torch form
     (:func:`gated_delta_rule_chunked`): fla-core 0.6 refuses its chunked backward on Hopper with
@@ -60,5 +66,8 @@ def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False):
             return out, state, None
         return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
     if q.is_cuda and have_fla():
-        return _fla(q, k, v, g, beta, initial_state, keep_steps)
-    return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
+        return _fla(q, k, v, g, beta, initial_state, keep_steps, steps_out)
+    out, state, steps = gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
+    if keep_steps and steps_out is not None:
+        steps = steps_out.copy_(steps)
+    return out, state, steps

@@ -170,8 +170,8 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
     fla = types.ModuleType("fla.ops.gated_delta_rule")
     fla.fused_recurrent_gated_delta_rule, fla.chunk_gated_delta_rule = fused_recurrent, chunked
 
-    def fla_path(q, k, v, g, beta, initial_state, keep_steps=False):
-        return dispatch._fla(q, k, v, g, beta, initial_state, keep_steps)
+    def fla_path(q, k, v, g, beta, initial_state, keep_steps=False, steps_out=None):
+        return dispatch._fla(q, k, v, g, beta, initial_state, keep_steps, steps_out)
 
     def compiled(fn):
         def run(*args, **kwargs):

@@ -227,3 +227,32 @@ def test_a_batch_that_does_not_fit_fails_at_construction_with_what_to_change(mon
     with pytest.raises(SpecPilotError) as err:
         BatchEngine(models.engine(STOCK.replace(gdn_rollback="replay")), 32)
     assert "gdn_rollback='replay' keeps" not in str(err.value)
+
+
+def test_verifies_of_every_batch_size_keep_their_snapshots_in_one_reserved_buffer():
+    """Snapshot rollback: a verify of any bucket's rows writes its per-row states into the cache's
+    reserved buffer (so the CUDA graphs of all buckets share one), and commit reads them from there."""
+    from specpilot.engines.cache import GDNState
+
+    models = load_models(load_setting("cpu_c1_tiny"))
+    target = models.target
+    cache = target.new_cache(4, 64, "snapshot").reserve_snapshots(8)
+    gdn = [i for i, layer in enumerate(cache.layers) if isinstance(layer, GDNState)]
+    assert gdn and cache.layers[gdn[0]].snapshots.shape[:2] == (4, 8)
+    for rows in (1, 2, 4):
+        view = cache.rows(slice(0, rows))
+        ids = torch.randint(5, 100, (rows, 8))
+        positions = torch.arange(8)[None].expand(rows, 8)
+        target(ids, positions, view, commit_all=False)
+        for i in gdn:
+            steps = view.layers[i].pending.steps
+            assert steps.shape[:2] == (rows, 8)
+            assert steps.data_ptr() == cache.layers[i].snapshots.data_ptr()
+        view.commit(torch.full((rows,), 3), torch.full((rows,), 3))
+        for i in gdn:  # the kept state is the snapshot after the third row
+            assert torch.equal(cache.layers[i].recurrent[:rows],
+                               cache.layers[i].snapshots[:rows, 2])
+    odd = cache.rows(slice(0, 2))  # a width other than the reserved one allocates its own
+    target(torch.randint(5, 100, (2, 5)), torch.arange(5)[None].expand(2, 5), odd,
+           commit_all=False)
+    assert odd.layers[gdn[0]].pending.steps.data_ptr() != cache.layers[gdn[0]].snapshots.data_ptr()
