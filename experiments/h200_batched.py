@@ -5,8 +5,9 @@ For each setting (random weights at full size, acceptance replayed from the sett
 same prompts through the continuous-batching scheduler (closed loop) with A and B interleaved
 (A/B, B/A, ..): one throughput ratio per repetition, the median with a bootstrap 95% CI, and each
 side's p99 request latency. On CUDA the batched engine replays CUDA graphs per batch bucket. Each
-setting's record (``kind: batched_compare``, with the cost model's single-request speedup bound at
-the replayed tau) goes to $OUT/batched-<setting>.json; ``specpilot report`` renders it.
+setting's record (``kind: batched_compare``, with the cost model's speedup bound for that many
+requests decoded together at the level's tau) goes to $OUT/batched-<setting>.json; ``specpilot
+report`` renders it.
 
     python3 experiments/h200_batched.py [--settings S1,S2] [--levels 1,16,32] [--b stock]
         [--acceptance profile:proxy-h200-dflash2#gsm8k] [--repeats 3] [--max-new-tokens 64]
@@ -22,8 +23,9 @@ OUT = Path(os.environ.get("OUT", "/tmp/out"))
 PROMPTS_BY_LEVEL = {1: 6, 4: 16, 16: 32, 32: 64}
 
 
-def bound(setting, models, tau: float | None) -> float | None:
-    """The cost model's single-request speedup bound at ``tau`` (None on CPU or without tau)."""
+def bound(setting, models, tau: float | None, concurrency: int = 1) -> float | None:
+    """The cost model's speedup bound at ``tau`` for ``concurrency`` requests decoded together
+    (None on CPU or without tau)."""
     from specpilot.costmodel import GPUS
     from specpilot.costmodel import engine_costs
     from specpilot.costmodel import speedup_bound
@@ -33,7 +35,8 @@ def bound(setting, models, tau: float | None) -> float | None:
     if gpu is None or tau is None or models.drafter is None or setting.gpu == "cpu":
         return None
     target, drafter = model_configs(setting)
-    return speedup_bound(engine_costs(target, drafter, gpu, models.drafter.block_size), tau)
+    return speedup_bound(engine_costs(target, drafter, gpu, models.drafter.block_size,
+                                      num_requests=concurrency), tau)
 
 
 def run_setting(name: str, args) -> dict:
@@ -62,11 +65,11 @@ def run_setting(name: str, args) -> dict:
     out["fingerprint"] = fingerprint.current(setting.engine.device).to_dict()
     out["levels"] = []
     for concurrency in levels:  # the record is rewritten after each level: a cut call keeps them
-        out["levels"] += compare_levels(engines, workload, [concurrency], args.repeats, replay,
-                                        PROMPTS_BY_LEVEL,
-                                        log=lambda m: print(f"{name} {m}", flush=True))
-        taus = [level["b_tau"] for level in out["levels"] if level.get("b_tau") is not None]
-        out["speedup_bound"] = bound(setting, models, max(taus) if taus else None)
+        level, = compare_levels(engines, workload, [concurrency], args.repeats, replay,
+                                PROMPTS_BY_LEVEL, log=lambda m: print(f"{name} {m}", flush=True))
+        if level.get("b_tau") is not None:  # the bound at this level's rows and measured tau
+            level["speedup_bound"] = bound(setting, models, level["b_tau"], concurrency)
+        out["levels"].append(level)
         out["elapsed_s"] = time.time() - started
         (OUT / f"batched-{name}.json").write_text(json.dumps(out, indent=1))
     return out

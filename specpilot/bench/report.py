@@ -113,7 +113,8 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
                                f"**{_num(level['median_ratio'])}**", f"[{_num(lo)}, {_num(hi)}]",
                                str(len(level["ratios"])), _num(level["a_tok_s"]),
                                _num(level["b_tok_s"]), _num(level["a_p99_latency_s"]),
-                               _num(level["b_p99_latency_s"]), _num(r.get("speedup_bound")),
+                               _num(level["b_p99_latency_s"]),
+                               _num(level.get("speedup_bound", r.get("speedup_bound"))),
                                _commit(r), _date(r), _link(r, base)])
     quality = [[r["setting"], r["engine"], r["dataset"], f"{r['accuracy']:.1%}",
                 f"{r['num_correct']}/{r['num_examples']}", _device(r), _link(r, base)]
@@ -137,7 +138,8 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
     if throughput:
         lines += ["", "**Throughput A/B under continuous batching** (B tok/s / A tok/s per "
                   "interleaved repetition; bootstrap 95% CI of the median; p99 request latency in "
-                  "s; bound: the cost model's single-request speedup bound at the replayed tau)",
+                  "s; bound: the cost model's speedup bound at the level's tau, for that many requests "
+                  "decoded together where the record has it, else for one request)",
                   ""]
         lines += _table(["setting", "A", "B", "acceptance", "device", "concurrency",
                          "throughput ratio", "95% CI", "reps", "A tok/s", "B tok/s", "A p99",

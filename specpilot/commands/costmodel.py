@@ -17,10 +17,13 @@ class Args:
     context: Annotated[int, "context length (tokens) the KV/state reads assume"] = 512
     rollback: Annotated[str, "Gated-DeltaNet rollback: snapshot or replay"] = "snapshot"
     measured: Annotated[str | None, "a bench record (JSON) whose phases fill the gap table"] = None
+    concurrency: Annotated[int, "requests decoded together (weights read once for all)"] = 1
 
     def __post_init__(self):
         if self.context < 1:
             raise ValueError("--context must be >= 1")
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be >= 1")
         if self.rollback not in ("snapshot", "replay"):
             raise ValueError("--rollback must be snapshot or replay")
 
@@ -53,8 +56,10 @@ def run(args: Args) -> int:
         from specpilot.costmodel.phases import _meta_model
 
         block = _meta_model(drafter).block_size
-    costs = engine_costs(target, drafter, gpu, block, args.context, args.rollback)
-    print(f"{setting.name} on {gpu.name} ({gpu.source}); context {args.context}, block {block}")
+    costs = engine_costs(target, drafter, gpu, block, args.context, args.rollback,
+                         args.concurrency)
+    print(f"{setting.name} on {gpu.name} ({gpu.source}); context {args.context}, block {block}, "
+          f"{args.concurrency} request(s) per step")
     for cost in costs.values():
         print(f"  {cost.name:7s} {cost.bytes / 1e9:8.3f} GB  {cost.flops / 1e12:8.3f} TFLOP  "
               f"floor {cost.floor_ms:8.3f} ms")
@@ -64,6 +69,8 @@ def run(args: Args) -> int:
         tau = float(profile.split(":", 1)[1])
     if drafter is not None and tau is not None:
         print(f"  speedup bound at tau {tau:g}: {speedup_bound(costs, tau):.2f}x over AR")
+    if drafter is not None and (profile or tau is not None):
+        _two_stage(args, setting, target, drafter, gpu, block, profile or f"tau:{tau:g}")
     if args.measured:
         record = json.loads(open(args.measured).read())
         phases = (record.get("summary") or {}).get("phases") or {}
@@ -77,3 +84,18 @@ def run(args: Args) -> int:
             print(f"    {row['phase']:7s} measured {row['measured_ms']:8.3f} ms  floor "
                   f"{row['floor_ms']:8.3f} ms  x{row['gap']:.2f}  (+{row['excess_ms']:.3f} ms)")
     return 0
+
+
+def _two_stage(args, setting, target, drafter, gpu, block: int, profile: str) -> None:
+    """The two-stage verification term: the verify floor at the best prefix against one stage."""
+    from specpilot.bench.workload import load_profile
+    from specpilot.costmodel.phases import two_stage_verify_ms
+
+    probs = load_profile(profile, block, setting.directory).probs
+    two = two_stage_verify_ms(target, drafter, gpu, block, args.concurrency, probs,
+                              args.context, args.rollback)
+    verdict = "pays" if two["speedup"] > 1.0 else "does not pay"
+    print(f"  two-stage verify ({profile}): best prefix {two['best_prefix']}, "
+          f"{two['best_ms']:.3f} ms vs {two['one_stage_ms']:.3f} ms in one stage "
+          f"({two['speedup']:.2f}x: {verdict})")
+

@@ -78,37 +78,90 @@ def _state_bytes(model, context: int, rows: int, rollback: str) -> tuple[float, 
 
 
 def engine_costs(target_config: dict, drafter_config: dict | None, gpu: Gpu, block_size: int,
-                 context: int = 512, rollback: str = "snapshot") -> dict[str, PhaseCost]:
-    """Floors of the AR step and of the stock speculative step's phases for one request."""
+                 context: int = 512, rollback: str = "snapshot",
+                 num_requests: int = 1) -> dict[str, PhaseCost]:
+    """Floors of the AR step and of the stock speculative step's phases for ``num_requests``
+    running requests decoded together (each weight read once per step for all of them; every
+    request's activations, KV, recurrent state and FLOPs counted)."""
     target = _meta_model(target_config)
+    n = num_requests
     out = {}
 
     def add(name, num_bytes, flops):
         out[name] = PhaseCost(name, num_bytes, flops, gpu.time_ms(num_bytes, flops))
 
-    w_bytes, w_flops = _linear_bytes_flops(target, 1)
+    w_bytes, w_flops = _linear_bytes_flops(target, n)
     emb = target.model.embed_tokens.weight.shape[1] * 2  # one embedding row per token
     reads, writes = _state_bytes(target, context, 1, rollback)
-    add("ar", w_bytes + emb + reads + writes, w_flops)
+    add("ar", w_bytes + n * (emb + reads + writes), w_flops)
     if drafter_config is None:
         return out
     drafter = _meta_model(drafter_config)
+    out["verify"] = verify_cost(target, drafter, gpu, n, block_size, context, rollback)
     q_rows = drafter.query_rows(block_size)
-    kv_row = [2 * layer.self_attn.num_kv_heads * layer.self_attn.head_dim * 2
-              for layer in drafter.layers]  # K and V bytes of one context row, per drafter layer
-    v_bytes, v_flops = _linear_bytes_flops(target, block_size)
-    reads, writes = _state_bytes(target, context, block_size, rollback)
-    c_bytes, c_flops = _linear_bytes_flops(drafter, block_size, _is_context_linear)
-    add("verify", v_bytes + emb * block_size + reads + writes + c_bytes + sum(kv_row) * block_size,
-        v_flops + c_flops)
-    d_bytes, d_flops = _linear_bytes_flops(drafter, q_rows, lambda name: name != "fc")
+    d_bytes, d_flops = _linear_bytes_flops(drafter, n * q_rows, lambda name: name != "fc")
     head = target.lm_head.weight
     head_bytes = head.numel() * head.element_size()
     window = drafter.window() or context
-    kv = sum(kv_row) * min(context, window)
-    add("draft", d_bytes + head_bytes + kv, d_flops + 2.0 * (q_rows - 1) * head.numel())
-    add("commit", _commit_bytes(target, drafter, context, block_size, rollback), 0.0)
+    kv = sum(_kv_row_bytes(drafter)) * min(context, window)
+    add("draft", d_bytes + head_bytes + n * kv,
+        d_flops + 2.0 * n * (q_rows - 1) * head.numel())
+    add("commit", n * _commit_bytes(target, drafter, context, block_size, rollback), 0.0)
     return out
+
+
+def _kv_row_bytes(drafter) -> list[int]:
+    """K and V bytes of one drafter context row, per drafter layer."""
+    return [2 * layer.self_attn.num_kv_heads * layer.self_attn.head_dim * 2
+            for layer in drafter.layers]
+
+
+def verify_cost(target, drafter, gpu: Gpu, num_requests: float, rows: int, context: int = 512,
+                rollback: str = "snapshot") -> PhaseCost:
+    """One target forward of ``rows`` rows for each of ``num_requests`` requests (a fraction is an
+    expectation: the weights are read once, everything per request scales), plus the drafter's
+    context injection of those rows. ``target``/``drafter`` are meta models (``_meta_model``)."""
+    n = num_requests
+    if n <= 0 or rows <= 0:
+        return PhaseCost("verify", 0.0, 0.0, 0.0)
+    w_bytes, _ = _linear_bytes_flops(target, 0)
+    per_row_bytes, per_row_flops = _linear_bytes_flops(target, 1)
+    per_row_bytes -= w_bytes
+    emb = target.model.embed_tokens.weight.shape[1] * 2
+    reads, writes = _state_bytes(target, context, rows, rollback)
+    c_w, _ = _linear_bytes_flops(drafter, 0, _is_context_linear)
+    c_row_bytes, c_row_flops = _linear_bytes_flops(drafter, 1, _is_context_linear)
+    c_row_bytes -= c_w
+    num_bytes = (w_bytes + c_w + n * rows * (per_row_bytes + emb + c_row_bytes
+                                             + sum(_kv_row_bytes(drafter)))
+                 + n * (reads + writes))
+    flops = n * rows * (per_row_flops + c_row_flops)
+    return PhaseCost("verify", num_bytes, flops, gpu.time_ms(num_bytes, flops))
+
+
+def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
+                        num_requests: int, accept_probs: list[float], context: int = 512,
+                        rollback: str = "snapshot") -> dict:
+    """The floor of two-stage verification against one verify of the whole block, at every prefix.
+
+    Stage 1 verifies the first ``p`` rows of every request's block; stage 2 the remaining
+    ``block - p`` rows of the requests whose prefix passed entirely (accept length >= p, probability
+    from ``accept_probs`` over accept lengths 1..block), as an expectation (weights read once per
+    stage). Tokens per step are unchanged (a request that failed the prefix would have kept fewer
+    than ``p`` tokens anyway), so the ratio of floors is the phase's speedup. Returns
+    ``{"one_stage_ms", "by_prefix": {p: ms}, "best_prefix", "best_ms", "speedup"}``."""
+    target, drafter = _meta_model(target_config), _meta_model(drafter_config)
+    one = verify_cost(target, drafter, gpu, num_requests, block_size, context, rollback).floor_ms
+    by_prefix = {}
+    for prefix in range(1, block_size):
+        passed = sum(accept_probs[prefix - 1:])  # P(accept length >= prefix)
+        stage1 = verify_cost(target, drafter, gpu, num_requests, prefix, context, rollback)
+        stage2 = verify_cost(target, drafter, gpu, num_requests * passed, block_size - prefix,
+                             context, rollback)
+        by_prefix[prefix] = stage1.floor_ms + stage2.floor_ms
+    best = min(by_prefix, key=by_prefix.get)
+    return {"one_stage_ms": one, "by_prefix": by_prefix, "best_prefix": best,
+            "best_ms": by_prefix[best], "speedup": one / by_prefix[best]}
 
 
 def _commit_bytes(target, drafter, context: int, rows: int, rollback: str) -> float:

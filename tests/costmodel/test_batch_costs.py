@@ -1,0 +1,63 @@
+"""Floors for several requests decoded together, and the two-stage verification term."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specpilot.costmodel import GPUS
+from specpilot.costmodel import engine_costs
+from specpilot.costmodel import speedup_bound
+from specpilot.costmodel.phases import two_stage_verify_ms
+
+SETTING = Path(__file__).resolve().parents[2] / "settings" / "h200_c1_qwen38-27b_dflash2"
+TARGET = json.loads((SETTING / "target_config.json").read_text())
+DRAFTER = json.loads((SETTING / "drafter_config.json").read_text())
+H200 = GPUS["h200"]
+
+
+def costs(num_requests: int):
+    return engine_costs(TARGET, DRAFTER, H200, 8, context=256, num_requests=num_requests)
+
+
+def test_weights_are_read_once_for_all_requests_and_the_rest_scales():
+    one, two, four = costs(1), costs(2), costs(4)
+    for phase in ("ar", "verify", "draft"):
+        per_request = two[phase].bytes - one[phase].bytes
+        assert 0 < per_request < 0.1 * one[phase].bytes  # weights dominate and are shared
+        assert four[phase].bytes == pytest.approx(one[phase].bytes + 3 * per_request)
+        assert four[phase].flops == pytest.approx(4 * one[phase].flops)
+    assert four["commit"].bytes == pytest.approx(4 * one["commit"].bytes)
+
+
+def test_verify_turns_compute_bound_and_the_bound_falls_with_concurrency():
+    light, heavy = costs(1), costs(64)
+    # 64 x 8 rows x 2 x 27 B parameters of FLOPs exceed the weight read at 770 TFLOP/s
+    assert heavy["verify"].floor_ms == pytest.approx(heavy["verify"].flops / 770e12 * 1e3)
+    assert light["verify"].floor_ms == pytest.approx(light["verify"].bytes / 4.58e12 * 1e3)
+    bounds = [speedup_bound(costs(n), 3.5) for n in (1, 16, 32, 64)]
+    assert bounds == sorted(bounds, reverse=True) and bounds[0] > 2.5 and bounds[-1] < 1.5
+
+
+def test_two_stage_pays_only_when_the_verify_is_compute_bound():
+    probs = [0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.05]  # accept lengths 1..8
+    one_request = two_stage_verify_ms(TARGET, DRAFTER, H200, 8, 1, probs)
+    assert one_request["speedup"] < 0.6  # memory-bound: a second pass reads every weight again
+    many = two_stage_verify_ms(TARGET, DRAFTER, H200, 8, 256, probs)
+    assert many["speedup"] > 1.2 and many["best_ms"] == min(many["by_prefix"].values())
+    assert set(many["by_prefix"]) == set(range(1, 8))
+    # everyone passes every prefix: stage 2 re-runs the same requests, so it can never pay
+    certain = two_stage_verify_ms(TARGET, DRAFTER, H200, 8, 256, [0.0] * 7 + [1.0])
+    assert certain["speedup"] <= 1.0 + 1e-9
+
+
+def test_cli_prints_the_bound_and_the_two_stage_term_at_a_concurrency(capsys):
+    from specpilot import cli
+
+    assert cli.main(["costmodel", "h200_c1_qwen38-27b_dflash2", "--concurrency", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "128 request(s) per step" in out
+    assert "two-stage verify (tau:3.5): best prefix" in out and "pays" in out
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["costmodel", "h200_c1_qwen38-27b_dflash2", "--concurrency", "0"])
+    assert exit_.value.code == 2 and "--concurrency must be >= 1" in capsys.readouterr().err
