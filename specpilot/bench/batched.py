@@ -169,7 +169,11 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
                 runs[side].append({"output_tok_s": level["output_tok_s"],
                                    "wall_s": level["wall_s"], "tau": level["tau"],
                                    "p50_latency_s": percentile(e2e, 50),
-                                   "p99_latency_s": percentile(e2e, 99)})
+                                   "p99_latency_s": percentile(e2e, 99),
+                                   # prefill vs decode: the median time to first token and the
+                                   # median gap between tokens after it
+                                   "ttft_ms": (level["ttft_ms"] or {}).get("median"),
+                                   "itl_ms": (level["itl_ms"] or {}).get("median")})
         ratios = [b["output_tok_s"] / a["output_tok_s"] for a, b in zip(runs["a"], runs["b"])]
         estimate = estimate_speedup(ratios, seed=0)
         entry = {"concurrency": concurrency, "num_prompts": len(sub.prompts), "runs": runs,

@@ -20,6 +20,8 @@ def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli
     for level in record["levels"]:
         assert len(level["ratios"]) == 2 and level["ci95"][0] <= level["median_ratio"]
         assert level["median_ratio"] > 0 and level["b_tau"] >= 1.0
+        for run in level["runs"]["a"] + level["runs"]["b"]:  # prefill and decode apart
+            assert run["ttft_ms"] > 0 and run["itl_ms"] > 0
     readme = tmp_path / "README.md"
     readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
     assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0
