@@ -53,9 +53,10 @@ def _run(batch: BatchEngine, requests: list[Running]) -> list[list[int]]:
     return [r.tokens for r in requests]
 
 
-@pytest.mark.parametrize("setting,pad", [("cpu_c1_tiny", False), ("cpu_c1_tiny-muse", False),
-                                         ("cpu_c1_tiny", True)])
-def test_batched_greedy_spec_equals_greedy_ar(setting, pad):
+@pytest.mark.parametrize("setting,pad,rollback", [
+    ("cpu_c1_tiny", False, "snapshot"), ("cpu_c1_tiny-muse", False, "snapshot"),
+    ("cpu_c1_tiny", True, "snapshot"), ("cpu_c1_tiny", True, "replay")])
+def test_batched_greedy_spec_equals_greedy_ar(setting, pad, rollback):
     """8 concurrent greedy requests with ragged prompts, lengths and stops: batched spec tokens ==
     each request's greedy AR tokens alone."""
     models = load_models(load_setting(setting))
@@ -72,7 +73,8 @@ def test_batched_greedy_spec_equals_greedy_ar(setting, pad):
     requests = _requests(prompts, lengths, stops=stops)
     # pad: every step runs on its CUDA-graph bucket's rows (7 -> 8, 5 -> 8, 3 -> 4 ..): the
     # inert padding rows change nobody's tokens
-    batch = BatchEngine(models.engine(STOCK), NUM_REQUESTS, pad_to_buckets=pad)
+    batch = BatchEngine(models.engine(STOCK.replace(gdn_rollback=rollback)), NUM_REQUESTS,
+                        pad_to_buckets=pad)
     assert _run(batch, requests) == expected
     assert [r.finish_reason for r in requests] == [
         "stop" if s and ref[-1] in s else "length" for ref, s in zip(expected, stops)]
