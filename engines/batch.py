@@ -332,7 +332,7 @@ def _out_of_memory(engine: Engine, max_batch: int, err: Exception) -> str:
         layers = engine.target.new_cache(1, 1, recipe.gdn_rollback).layers
     state = sum(layer.recurrent.numel() * layer.recurrent.element_size()
                 for layer in layers if isinstance(layer, GDNState))
-    rows = engine.block_size + 1 if recipe.gdn_rollback == "snapshot" and engine.drafter else 1
+    rows = engine.block_size if recipe.gdn_rollback == "snapshot" and engine.drafter else 1
     hint = (f"; its snapshot rollback keeps {rows} recurrent states per row in every verify "
             f"({rows * state * max_batch / 2**30:.1f} GiB at {max_batch} rows): "
             "gdn_rollback='replay' keeps the step inputs instead" if rows > 1 and state else "")

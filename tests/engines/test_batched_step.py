@@ -224,7 +224,7 @@ def test_a_batch_that_does_not_fit_fails_at_construction_with_what_to_change(mon
     monkeypatch.setattr(batch_module, "RowState", no_memory)
     with pytest.raises(SpecPilotError, match=r"a batch of 32 rows .* does not fit") as err:
         BatchEngine(models.engine(STOCK), 32)
-    assert "keeps 9 recurrent states per row" in str(err.value)
+    assert "keeps 8 recurrent states per row" in str(err.value)  # one per verified row
     assert "gdn_rollback='replay'" in str(err.value) and "768.00 MiB" in str(err.value)
     with pytest.raises(SpecPilotError) as err:
         BatchEngine(models.engine(STOCK.replace(gdn_rollback="replay")), 32)
