@@ -70,7 +70,7 @@ def run(args: Args) -> int:
     if drafter is not None and tau is not None:
         print(f"  speedup bound at tau {tau:g}: {speedup_bound(costs, tau):.2f}x over AR")
     if drafter is not None and (profile or tau is not None):
-        _two_stage(args, setting, target, drafter, gpu, block, profile or f"tau:{tau:g}")
+        _batching_terms(args, setting, target, drafter, gpu, block, profile or f"tau:{tau:g}")
     if args.measured:
         record = json.loads(open(args.measured).read())
         phases = (record.get("summary") or {}).get("phases") or {}
@@ -86,12 +86,19 @@ def run(args: Args) -> int:
     return 0
 
 
-def _two_stage(args, setting, target, drafter, gpu, block: int, profile: str) -> None:
-    """The two-stage verification term: the verify floor at the best prefix against one stage."""
+def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: str) -> None:
+    """The batching mechanisms' terms: the verify width with the best bound, and two-stage
+    verification at its best prefix against one stage."""
     from specpilot.bench.workload import load_profile
+    from specpilot.costmodel.phases import bound_by_width
     from specpilot.costmodel.phases import two_stage_verify_ms
 
     probs = load_profile(profile, block, setting.directory).probs
+    widths = bound_by_width(target, drafter, gpu, block, args.concurrency, probs, args.context,
+                            args.rollback)
+    best = max(widths, key=widths.get)
+    print(f"  verify width ({profile}): best {best} rows per request, bound {widths[best]:.2f}x "
+          f"(the full block of {block}: {widths[block]:.2f}x)")
     two = two_stage_verify_ms(target, drafter, gpu, block, args.concurrency, probs,
                               args.context, args.rollback)
     verdict = "pays" if two["speedup"] > 1.0 else "does not pay"

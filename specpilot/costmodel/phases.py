@@ -164,6 +164,27 @@ def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, blo
             "best_ms": by_prefix[best], "speedup": one / by_prefix[best]}
 
 
+def truncated_tau(accept_probs: list[float], width: int) -> float:
+    """Tokens per step when each request verifies only ``width`` rows of its block (``accept_probs``
+    over 0 .. block-1 drafts accepted, as a replay profile): a parallel drafter's first
+    ``width - 1`` drafts do not change, so a step keeps ``1 + min(k, width - 1)``."""
+    return 1.0 + sum(min(k, width - 1) * p for k, p in enumerate(accept_probs))
+
+
+def bound_by_width(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
+                   num_requests: int, accept_probs: list[float], context: int = 512,
+                   rollback: str = "snapshot") -> dict[int, float]:
+    """The speedup bound over AR when every request verifies ``width`` rows (2 .. block) with
+    ``num_requests`` requests decoded together: fewer rows cost less once the verify is
+    compute-bound, and lose the tokens past them (:func:`truncated_tau`)."""
+    out = {}
+    for width in range(2, block_size + 1):
+        costs = engine_costs(target_config, drafter_config, gpu, width, context, rollback,
+                             num_requests)
+        out[width] = speedup_bound(costs, truncated_tau(accept_probs, width))
+    return out
+
+
 def _commit_bytes(target, drafter, context: int, rows: int, rollback: str) -> float:
     """Bytes one commit of ``rows`` pending rows must move (see the module docstring)."""
     with torch.device("meta"):

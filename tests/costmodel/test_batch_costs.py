@@ -58,6 +58,31 @@ def test_cli_prints_the_bound_and_the_two_stage_term_at_a_concurrency(capsys):
     out = capsys.readouterr().out
     assert "128 request(s) per step" in out
     assert "two-stage verify (tau:3.5): best prefix" in out and "pays" in out
+    assert "verify width (tau:3.5): best" in out
     with pytest.raises(SystemExit) as exit_:
         cli.main(["costmodel", "h200_c1_qwen38-27b_dflash2", "--concurrency", "0"])
     assert exit_.value.code == 2 and "--concurrency must be >= 1" in capsys.readouterr().err
+
+
+def test_truncated_tau_keeps_the_drafts_before_the_cut():
+    from specpilot.costmodel.phases import truncated_tau
+
+    probs = [0.5, 0.0, 0.0, 0.5]  # no draft accepted, or all three
+    assert truncated_tau(probs, 4) == pytest.approx(2.5)
+    assert truncated_tau(probs, 2) == pytest.approx(1.5)  # one row after the anchor: 1 draft
+
+
+def test_fewer_verify_rows_win_only_once_the_batch_is_compute_bound():
+    from specpilot.costmodel.phases import bound_by_width
+
+    probs = [0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.05]
+    alone = bound_by_width(TARGET, DRAFTER, H200, 8, 1, probs)
+    assert max(alone, key=alone.get) == 8  # weight-bound: rows are nearly free
+    assert alone[8] == pytest.approx(speedup_bound(costs_at(1), 1 + sum(
+        k * p for k, p in enumerate(probs))), rel=0.02)
+    crowded = bound_by_width(TARGET, DRAFTER, H200, 8, 128, probs)
+    assert max(crowded, key=crowded.get) < 8
+
+
+def costs_at(num_requests: int):
+    return engine_costs(TARGET, DRAFTER, H200, 8, num_requests=num_requests)
