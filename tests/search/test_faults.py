@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from specpilot.search.config import CampaignConfig
 from tests.search.conftest import campaign_config
@@ -30,8 +31,9 @@ def test_worker_node_killed_mid_trial_is_rerun_elsewhere(tmp_path, ray_shutdown)
         killed = {}
 
         def kill_node_of(worker):
-            node_id = ray.get(worker.describe.remote())["node_id"]
-            time.sleep(3.0)  # the evaluation subprocess is running
+            info = ray.get(worker.describe.remote())
+            killed["evaluating"] = _wait_for_evaluation(info["pid"], timeout_s=120.0)
+            node_id = info["node_id"]
             node = next(n for n in nodes if n.node_id == node_id)
             killed["node_id"] = node_id
             cluster.remove_node(node)
@@ -47,6 +49,7 @@ def test_worker_node_killed_mid_trial_is_rerun_elsewhere(tmp_path, ray_shutdown)
         ray.shutdown()
         cluster.shutdown()
     assert killed.get("node_id"), "no candidate trial started"
+    assert killed["evaluating"], "the node was killed after its evaluation had finished"
     runs = [r for r in campaign_runs(tmp_path / "store", "cpu_c1_tiny")
             if r.data.tags.get("trial_key") == killed["key"]]
     finished = [r for r in runs if r.info.status == "FINISHED"]
@@ -56,6 +59,26 @@ def test_worker_node_killed_mid_trial_is_rerun_elsewhere(tmp_path, ray_shutdown)
     assert finished[0].data.tags["worker.node_id"] != killed["node_id"]
     assert finished[0].data.tags["state"] in ("ok", "invalid")
     assert summary["trials_run"] >= 2
+
+
+def _wait_for_evaluation(worker_pid: int, timeout_s: float) -> bool:
+    """Wait until the worker process ``worker_pid`` runs an evaluation subprocess (its child with
+    ``specpilot.workers.evaluate`` on the command line; the cluster's nodes are local processes),
+    then a moment more so that the job is well under way. False if none appeared in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").iterdir():
+            try:
+                stat = (proc / "stat").read_text()
+                cmdline = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent == worker_pid and b"specpilot.workers.evaluate" in cmdline:
+                time.sleep(1.0)
+                return True
+        time.sleep(0.1)
+    return False
 
 
 def _campaign_proc(config, store, log):
