@@ -8,7 +8,8 @@ Ray too: on a GPU box with no Ray, run it directly on a job file.
 Job kinds:
 - ``measure``: the champion's decode ms/token, tau and per-phase ms/step (the gap table's input).
 - ``candidate``: build -> token forcing against the AR reference (must pass) -> interleaved A/B
-  against the champion on this device -> the candidate's phases. ``fault`` builds one of the
+  against the champion on this device (one request: per-prompt ms/token; a batch scenario:
+  throughput under continuous batching at the setting's concurrency) -> the candidate's phases. ``fault`` builds one of the
   deliberately broken engines instead (the campaign's canary: the gate must reject it).
 - ``kernel``: check-then-time Triton kernel configs for one shape (the kernel sub-agent's trials),
   and ``kernel_survey``: time the current config of each shape (which kernel is farthest from its
@@ -53,11 +54,13 @@ def _engine(models, recipe_dict: dict, fault: str | None = None):
                                  max_len=models.setting.engine.max_len)
 
 
-def _workload(models, job: dict):
+def _workload(models, job: dict, min_prompts: int = 1):
     from specpilot.bench import workload_for
 
     bench = job.get("bench", {})
-    return workload_for(models.setting, models.tokenizer, num_prompts=bench.get("num_prompts"),
+    num_prompts = bench.get("num_prompts") or models.setting.scenario.num_prompts
+    return workload_for(models.setting, models.tokenizer,
+                        num_prompts=max(num_prompts, min_prompts),
                         max_new_tokens=bench.get("max_new_tokens"))
 
 
@@ -139,9 +142,15 @@ def candidate(job: dict) -> dict:
     if not report.passed:
         return out
     champion = _engine(models, job["champion"])
-    workload = _workload(models, job)
-    replay = _replay(models, workload, True)
     bench = job.get("bench", {})
+    concurrency = setting.scenario.concurrency
+    workload = _workload(models, job, min_prompts=2 * concurrency if concurrency > 1 else 1)
+    replay = _replay(models, workload, True)
+    if concurrency > 1:  # a batch scenario: throughput under continuous batching decides
+        out["compare"] = _throughput_compare(champion, engine, workload, replay, concurrency,
+                                             bench)
+        out["phases_ms"] = measure_phases(engine, workload, replay)["ms_per_step"]
+        return out
     rule = StoppingRule(bench.get("half_width", 0.02), bench.get("budget_s", 120.0),
                         min(2, bench.get("max_rounds", 20)), bench.get("max_rounds", 20))
     body = compare_engines(champion, engine, workload, rule, replay, seed=job.get("seed", 0))
@@ -152,6 +161,28 @@ def candidate(job: dict) -> dict:
     out["compare"]["tau"] = _median([p["b_tau"] for p in body["pairs"] if p["b_tau"]])
     out["phases_ms"] = measure_phases(engine, workload, replay)["ms_per_step"]
     return out
+
+
+def _throughput_compare(champion, engine, workload, replay, concurrency: int,
+                        bench: dict) -> dict:
+    """Candidate vs champion at ``concurrency`` requests in flight: ``max_rounds`` interleaved
+    repetitions of the whole workload through the continuous-batching scheduler, one throughput
+    ratio (candidate tok/s / champion tok/s) each, the median with a bootstrap CI."""
+    from specpilot.bench.batched import compare_levels
+    from specpilot.errors import SpecPilotError
+
+    repeats = max(2, bench.get("max_rounds", 4))
+    level, = compare_levels({"a": champion, "b": engine}, workload, [concurrency], repeats, replay,
+                            {concurrency: len(workload.prompts)}, log=lambda _: None)
+    if "error" in level:  # the candidate's batch does not fit: the trial fails with the reason
+        raise SpecPilotError(level["error"])
+    lo, hi = level["ci95"]
+    return {"median_speedup": level["median_ratio"], "ci95": [lo, hi], "half_width": (hi - lo) / 2,
+            "num_rounds": repeats, "stop_reason": "repeats", "scenario": f"c{concurrency}",
+            "acceptance": replay.label if replay is not None else "measured",
+            "ratios": level["ratios"], "champion_tok_s": level["a_tok_s"],
+            "tok_s": level["b_tok_s"], "champion_p99_latency_s": level["a_p99_latency_s"],
+            "p99_latency_s": level["b_p99_latency_s"], "tau": level["b_tau"]}
 
 
 def _median(values: list[float]) -> float | None:
