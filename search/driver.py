@@ -128,6 +128,7 @@ class Campaign:
         check_tracking_uri(self.tracking_uri)
         connect_ray(config.ray_address, config.num_workers, self.cpu, log)
         self.features = setting_features(self.setting)
+        self._width_bounds: dict | None = None  # the cost model's bound per verify width
         self.target_config, _ = model_configs(self.setting)
         self.records = CampaignRecords(self.tracking_uri, self.store_dir / "artifacts",
                                        config.setting, self.campaign_id, config.to_dict())
@@ -221,8 +222,13 @@ class Campaign:
         priors = (self.knowledge.priors(self.features, exclude_campaign=self.campaign_id)
                   if self.config.priors else {})
         tried = frozenset(self._tried)
+        if self._width_bounds is None:
+            from specpilot.search.gaps import width_bounds
+
+            self._width_bounds = width_bounds(self.setting)
         context = AgentContext(self.config.setting, self.features, champion, gaps, tried, priors,
-                               round_, self.config.seed, self.config.proposals_per_agent)
+                               round_, self.config.seed, self.config.proposals_per_agent,
+                               self._width_bounds)
         task = ray.remote(_run_agent).options(**cpu_helper_options())
         refs = [task.remote(name, self.config, context) for name in self.config.agents]
         proposals, seen = [], set()

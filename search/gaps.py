@@ -73,3 +73,22 @@ def _fixed_ms(measured: dict, gpu, target: dict, drafter: dict | None, recipe):
     if launch_us:
         return {p: n * launch_us / 1e3 for p, n in kernels.items()}, kernels, launch_us
     return {}, kernels, launch_us
+
+
+def width_bounds(setting) -> dict[int, float]:
+    """Verify width -> the speedup bound at the setting's GPU, concurrency and replayed acceptance
+    profile (:func:`specpilot.costmodel.phases.bound_by_width`); empty without a profile or GPU
+    ceilings (a real pair's acceptance is measured, not known ahead)."""
+    from specpilot.bench.workload import load_profile
+    from specpilot.costmodel.phases import _meta_model
+    from specpilot.costmodel.phases import bound_by_width
+    from specpilot.search.catalog import model_configs
+
+    gpu, profile = GPUS.get(setting.gpu), setting.scenario.acceptance_profile
+    if gpu is None or setting.drafter is None or not profile:
+        return {}
+    target, drafter = model_configs(setting)
+    block = _meta_model(drafter).block_size
+    probs = load_profile(profile, block, setting.directory).probs
+    return bound_by_width(target, drafter, gpu, block, setting.scenario.concurrency, probs)
+

@@ -45,6 +45,9 @@ class AgentContext:
     seed: int
     limit: int
     """At most this many proposals from one agent per round."""
+    width_bounds: dict = dataclasses.field(default_factory=dict)
+    """Verify width -> the cost model's speedup bound for this setting's GPU, concurrency and
+    replayed acceptance profile (empty when there is no such profile or no GPU ceilings)."""
 
 
 class ProposalAgent(abc.ABC):

@@ -3,8 +3,9 @@
 Knobs: the verify block size, within the drafter's window (fewer rows verify cheaper when the
 acceptance tail is thin; in a weight-bound single request extra rows are nearly free). The order
 is a ``random.Random`` shuffle seeded by (campaign seed, round), so a round's proposals are
-reproducible, re-sorted by the knowledge store's priors so that what won in similar settings is
-tried first.
+reproducible; then the widths the cost model bounds highest for this GPU, concurrency and replayed
+acceptance profile (``AgentContext.width_bounds``) first; then re-sorted by the knowledge store's
+priors so that what won in similar settings is tried first.
 """
 
 import random
@@ -32,7 +33,12 @@ class MutationAgent(ProposalAgent):
             return []
         rng = random.Random(f"{context.seed}:{context.round}:mutation")
         sizes = block_sizes(base, window)
+        if context.width_bounds:  # and the width the cost model bounds highest, wherever it is
+            best = max(context.width_bounds, key=context.width_bounds.get)
+            sizes += [best] if best != base and best not in sizes else []
         rng.shuffle(sizes)
+        # the cost model's best widths for this GPU, concurrency and profile first (stable)
+        sizes.sort(key=lambda size: -context.width_bounds.get(size, 0.0))
         proposals = [Proposal(self.name, f"block-size-{size}", {"block_size": size},
                               f"verify {size} rows per step instead of {base}") for size in sizes]
         # What worked in similar settings first (stable: ties keep the seeded order).

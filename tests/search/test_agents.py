@@ -23,9 +23,9 @@ H200 = {**CPU, "gpu": "h200", "device": "cuda", "dtype": "bfloat16"}
 
 
 def context(features=CPU, champion=STOCK, gaps=(), tried=frozenset(), priors=None, round_=1,
-            seed=0, limit=3):
+            seed=0, limit=3, width_bounds=None):
     return AgentContext("s", features, champion, list(gaps), tried, priors or {}, round_, seed,
-                        limit)
+                        limit, width_bounds or {})
 
 
 def test_catalog_entries_are_valid_recipe_deltas():
@@ -89,6 +89,26 @@ def test_mutation_agent_is_deterministic_and_stays_in_the_window():
     assert a == b
     assert all(2 <= p.delta["block_size"] <= 8 for p in a)
     assert MutationAgent().propose(context(champion=STOCK.replace(speculative=False))) == []
+
+
+def test_mutation_agent_tries_the_cost_models_best_widths_first():
+    from specpilot.search.gaps import width_bounds
+    from specpilot.settings import load_setting
+
+    bounds = {4: 2.1, 6: 2.4, 7: 2.3, 2: 1.1, 3: 1.5, 5: 2.2}
+    order = [p.delta["block_size"] for p in MutationAgent().propose(
+        context(limit=10, width_bounds=bounds))]
+    assert order == [6, 7, 4]  # the neighbours of 8 in the window, best bound first
+    far = {**bounds, 3: 9.0}  # a best width that is no neighbour of 8 is proposed too
+    assert [p.delta["block_size"] for p in MutationAgent().propose(
+        context(limit=10, width_bounds=far))] == [3, 6, 7, 4]
+    # priors (what won in similar settings) still come first
+    assert MutationAgent().propose(context(limit=10, width_bounds=bounds, priors={
+        "block-size-4": 0.3}))[0].delta["block_size"] == 4
+    # a seed-scale setting with a replayed profile has bounds; a measured pair has none
+    qwen = width_bounds(load_setting("h200_c1_qwen38-27b_dflash2"))
+    assert set(qwen) == set(range(2, 9)) and max(qwen, key=qwen.get) == 8  # one request
+    assert width_bounds(load_setting("cpu_c1_tiny")) == {}
 
 
 def test_tried_candidates_are_not_proposed_again():
