@@ -1,0 +1,69 @@
+"""Mechanisms combined stay lossless: greedy output equals greedy AR, token for token, for recipes
+that stack rollback, verify width, the adaptive verify budget and tree verification, one request
+and batched, on the trained tiny hybrid pair (real, mixed acceptance) and the Muse pair."""
+
+import pytest
+
+from specpilot.build import load_models
+from specpilot.datasets import load_prompts
+from specpilot.engines.batch import BatchEngine
+from specpilot.engines.batch import Running
+from specpilot.engines.engine import SamplingParams
+from specpilot.recipe import AR
+from specpilot.recipe import STOCK
+from specpilot.settings import load_setting
+
+PARAMS = SamplingParams(max_new_tokens=24, ignore_eos=True)
+SPS = ((1, 100.0), (3, 90.0), (8, 50.0), (16, 30.0))  # verify rows -> steps per second
+
+SINGLE = {
+    "replay, 5 rows": {"gdn_rollback": "replay", "block_size": 5},
+    "snapshot, sps budget": {"verify_budget": "sps", "sps_table": SPS},
+    "replay, sps budget, 6 rows": {"gdn_rollback": "replay", "verify_budget": "sps",
+                                   "sps_table": SPS, "block_size": 6},
+    "tree, replay": {"tree_branches": 2, "tree_positions": 2, "tree_max_nodes": 16,
+                     "gdn_rollback": "replay"},
+    "tree, 6 rows": {"tree_branches": 3, "tree_positions": 1, "tree_max_nodes": 12,
+                     "block_size": 6},
+}
+BATCHED = {
+    "replay, 4 rows": {"gdn_rollback": "replay", "block_size": 4},
+    "snapshot, 3 rows": {"block_size": 3},
+}
+
+
+@pytest.fixture(scope="module", params=["cpu_c1_tiny", "cpu_c1_tiny-muse"])
+def pair(request):
+    models = load_models(load_setting(request.param))
+    prompts = [models.tokenizer.encode(t).ids[:24 + 6 * i]
+               for i, t in enumerate(load_prompts("gsm8k", 3))]
+    ar = models.engine(AR)
+    return models, prompts, [ar.generate(p, PARAMS).tokens for p in prompts]
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE))
+def test_one_request(pair, name):
+    models, prompts, reference = pair
+    changes = SINGLE[name]
+    if "cpu_c1_tiny-muse" == models.setting.name and "gdn_rollback" in changes:
+        changes = {k: v for k, v in changes.items() if k != "gdn_rollback"}  # no GDN layers
+    engine = models.engine(STOCK.replace(name=name, **changes))
+    outs = [engine.generate(p, PARAMS) for p in prompts]
+    assert [o.tokens for o in outs] == reference
+    if models.setting.name == "cpu_c1_tiny":  # the trained pair accepts several drafts a step
+        assert max(n for o in outs for n in o.accept_lengths) > 1
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED))
+def test_batched(pair, name):
+    models, prompts, reference = pair
+    engine = models.engine(STOCK.replace(name=name, **BATCHED[name]))
+    batch = BatchEngine(engine, 4, pad_to_buckets=True)  # 3 rows on the bucket of 4
+    requests = [Running(str(i), list(p), PARAMS, set()) for i, p in enumerate(prompts)]
+    for req in requests:
+        batch.add(req)
+    while batch.running:
+        for req in [r for r in batch.running if r.finish_reason is not None]:
+            batch.remove(req)
+        batch.step()
+    assert [r.tokens for r in requests] == reference
