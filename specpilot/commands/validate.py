@@ -62,6 +62,10 @@ def run(args: Args) -> int:
     print(f"{verdict} {args.setting} --engine {args.engine}: {report.num_prompts} prompts, "
           f"{report.num_tokens} tokens, {report.num_mismatches} mismatches "
           f"(max gap {report.max_mismatch_gap:.3g}), tau {report.tau:.2f}")
+    if report.num_mismatches and report.num_explained_by_shape is not None:
+        print(f"  {report.num_explained_by_shape} of {report.num_mismatches} mismatch(es) made by "
+              "the candidate's own forward decoding one token a step too: the verify's batch "
+              "shape, not the mechanism (diagnostic; the verdict does not use it)")
     for failure in report.failures:
         print(f"  - {failure}")
     return 0 if report.passed else 1

@@ -26,6 +26,11 @@ class Mismatch:
     candidate_token: int
     reference_token: int
     reference_gap: float
+    explained_by_shape: bool | None = None
+    """The candidate's own forward, kept to one token a step on the reference's prefix (AR decoding
+    in the candidate's verify shape), chose the candidate's token here too: the mismatch comes
+    from the shape of the forward (batched GEMMs round differently), not from the mechanism.
+    None: not probed."""
 
 
 @dataclasses.dataclass
@@ -90,6 +95,21 @@ class _Forcer:
         return kept
 
 
+class _ShapeProbe:
+    """Used on a second candidate run: commit the reference's token at every position, one per
+    step, and note the candidate's first proposal (its AR decision in its own verify shape) at the
+    probed positions."""
+
+    def __init__(self, reference: Reference, positions: set[int]):
+        self.reference, self.positions, self.choices = reference, positions, {}
+
+    def filter(self, index: int, proposed: list[int], logits=None) -> list[int]:
+        if index in self.positions:
+            self.choices[index] = proposed[0]
+        ref = self.reference.tokens
+        return [ref[index]] if index < len(ref) else [proposed[0]]
+
+
 @dataclasses.dataclass
 class Report:
     passed: bool
@@ -103,6 +123,7 @@ class Report:
     max_mismatch_rate: float
     engine: str = ""
     tau: float = 0.0
+    num_explained_by_shape: int | None = None  # diagnostic only: the verdict does not read it
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -117,8 +138,15 @@ def reference_run(engine, prompt_ids: list[int], params, canary_positions: set[i
 
 def validate_engine(reference_engine, candidate, prompts: list[list[int]], params,
                     epsilon: float = 1e-4, max_mismatch_rate: float = 0.001,
-                    num_canaries: int = 1, seed: int = 0, name: str = "") -> Report:
-    """Token-force ``candidate`` against ``reference_engine`` (the AR engine) on tokenised prompts."""
+                    num_canaries: int = 1, seed: int = 0, name: str = "",
+                    probe_shape: bool = True) -> Report:
+    """Token-force ``candidate`` against ``reference_engine`` (the AR engine) on tokenised prompts.
+
+    ``probe_shape``: for each prompt with mismatches, run the candidate once more with the
+    reference's tokens committed one per step (:class:`_ShapeProbe`) and mark each mismatch
+    ``explained_by_shape`` when that run chose the candidate's token too. A diagnostic for bf16
+    near-ties (the verify's batched forward rounds differently from the AR step's); the verdict
+    below does not read it."""
     rng = random.Random(seed)
     mismatches, failures = [], []
     num_tokens, accept = 0, []
@@ -129,6 +157,8 @@ def validate_engine(reference_engine, candidate, prompts: list[list[int]], param
         forcer = _Forcer(i, ref)
         result = candidate.generate(prompt_ids, params, forcer=forcer)
         num_tokens += len(ref.tokens)
+        if probe_shape and forcer.mismatches:
+            _probe_shape(candidate, prompt_ids, params, ref, forcer.mismatches)
         mismatches.extend(forcer.mismatches)
         accept.extend(result.accept_lengths)
         if result.tokens != forcer.seen[:len(result.tokens)] or len(result.tokens) < len(forcer.seen):
@@ -152,4 +182,17 @@ def validate_engine(reference_engine, candidate, prompts: list[list[int]], param
         max_mismatch_gap=max((m.reference_gap for m in mismatches), default=0.0),
         mismatches=[dataclasses.asdict(m) for m in mismatches], failures=failures,
         epsilon=epsilon, max_mismatch_rate=max_mismatch_rate, engine=name,
-        tau=sum(accept) / len(accept) if accept else 0.0)
+        tau=sum(accept) / len(accept) if accept else 0.0,
+        num_explained_by_shape=sum(bool(m.explained_by_shape) for m in mismatches)
+        if probe_shape else None)
+
+
+def _probe_shape(candidate, prompt_ids, params, reference: Reference,
+                 mismatches: list[Mismatch]) -> None:
+    probe = _ShapeProbe(reference, {m.position for m in mismatches})
+    try:
+        candidate.generate(prompt_ids, params, forcer=probe)
+    except Exception:  # noqa: BLE001 - a diagnostic: a candidate that cannot run it stays unprobed
+        return
+    for m in mismatches:
+        m.explained_by_shape = probe.choices.get(m.position) == m.candidate_token

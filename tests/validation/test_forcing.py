@@ -40,7 +40,7 @@ def test_mismatch_is_recorded_with_position_and_gap(tiny_models, tiny_prompts):
                              SamplingParams(max_new_tokens=24))
     first = report.mismatches[0]
     assert set(first) == {"prompt", "position", "candidate_token", "reference_token",
-                          "reference_gap"}
+                          "reference_gap", "explained_by_shape"}
     assert first["candidate_token"] != first["reference_token"]
     # forcing substitutes the reference token, so every position is compared: length is intact
     assert not any("length" in f for f in report.failures)
@@ -60,3 +60,37 @@ def test_cli_validate_passes_on_muse_settings(setting, tmp_path):
     assert cli.main(["validate", setting, "--engine", "stock", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["passed"] and report["num_prompts"] == 16 and report["num_tokens"] > 0
+
+
+def test_shape_probe_marks_mismatches_the_candidates_own_forward_makes_too(tiny_models,
+                                                                         tiny_prompts):
+    """A verify that rounds differently from the AR step (here: its logits nudged toward one
+    token) makes the same choice when it decodes one token a step: each mismatch is marked as
+    explained by the verify's shape, and the verdict still fails on them."""
+    from specpilot.engines.decode.accept import greedy_accept
+    from specpilot.engines.engine import Engine
+
+    token = 7
+
+    class Nudged(Engine):
+        def _verify_fn(self, cache, draft_cache, verify_ids, positions):
+            logits, _, _ = super()._verify_fn(cache, draft_cache, verify_ids, positions)
+            logits = logits.clone()
+            logits[..., token] += 1e4
+            return (logits, *greedy_accept(verify_ids[:, 1:], logits))
+
+    nudged = Nudged(tiny_models.target, tiny_models.drafter, STOCK, max_len=512)
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    report = validate_engine(tiny_models.engine(AR), nudged, tiny_prompts[:2], params,
+                             num_canaries=0)
+    assert report.num_mismatches > 0 and not report.passed
+    assert report.num_explained_by_shape == report.num_mismatches
+    assert all(m["explained_by_shape"] and m["candidate_token"] == token
+               for m in report.mismatches)
+    honest = validate_engine(tiny_models.engine(AR), tiny_models.engine(STOCK), tiny_prompts[:2],
+                             params)
+    assert honest.passed and honest.num_explained_by_shape == 0
+    skipped = validate_engine(tiny_models.engine(AR), nudged, tiny_prompts[:1], params,
+                              probe_shape=False)
+    assert skipped.num_explained_by_shape is None
+    assert all(m["explained_by_shape"] is None for m in skipped.mismatches)
