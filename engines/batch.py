@@ -323,6 +323,28 @@ class BatchEngine:
         return out
 
 
+def generate_all(batch: BatchEngine, prompts: list[list[int]], params: SamplingParams,
+                 on_done=None) -> list[list[int]]:
+    """Every prompt through ``batch`` with continuous batching (no scheduler thread): requests
+    join as rows free up and leave when finished; returns each prompt's tokens, in order.
+    ``on_done(i)`` is called as request ``i`` finishes."""
+    stops = set(params.stop_token_ids)
+    if not params.ignore_eos:
+        stops.update(batch.engine.target.eos_token_ids)
+    requests = [Running(str(i), list(p), params, set(stops)) for i, p in enumerate(prompts)]
+    waiting = list(reversed(requests))
+    while waiting or batch.running:
+        for req in [r for r in batch.running if r.finish_reason is not None]:
+            batch.remove(req)
+            if on_done is not None:
+                on_done(int(req.request_id))
+        while waiting and batch.free_rows:
+            batch.add(waiting.pop())
+        if any(r.finish_reason is None for r in batch.running):
+            batch.step()
+    return [r.tokens for r in requests]
+
+
 def _out_of_memory(engine: Engine, max_batch: int, err: Exception) -> str:
     """Why a batch of ``max_batch`` rows does not fit, and what to change."""
     from specpilot.engines.cache import GDNState

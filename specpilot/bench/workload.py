@@ -147,12 +147,16 @@ class Replay:
                           self.vocab_size, seed=seed)
 
 
+REFERENCE_BATCH = 32  # rows of the batched AR engine that writes the replay references on a GPU
+
+
 def replay_for(models, workload: Workload, spec: str | None = None,
-               progress=None) -> Replay | None:
+               progress=None, batched: bool | None = None) -> Replay | None:
     """``Replay`` for the setting's ``acceptance_profile`` (or ``spec``); None if measured.
 
     Computes the AR engine's continuation of every prompt first (that is what the replayed drafts
-    copy), with the workload's sampling parameters.
+    copy), with the workload's sampling parameters; with the batched AR engine when ``batched``
+    (default: on a GPU).
     """
     from specpilot.recipe import AR
 
@@ -165,13 +169,37 @@ def replay_for(models, workload: Workload, spec: str | None = None,
     block_size = models.drafter.block_size if models.drafter is not None else 2
     load_profile(spec, block_size, models.setting.directory)  # a bad spec fails before the work
     ar = models.engine(AR)
-    references = []
-    for prompt in workload.prompts:
-        references.append(ar.generate(list(prompt), workload.params).tokens)
-        if progress is not None:
-            progress()
+    if batched is None:
+        batched = ar.device.type == "cuda"
+    if batched and len(workload.prompts) > 1:
+        # all prompts at once through the batched AR engine (its CUDA graphs): seconds instead
+        # of a minute at seed scale; greedy either way (a bf16 near-tie may round otherwise)
+        from specpilot.engines.batch import BatchEngine
+        from specpilot.engines.batch import generate_all
+
+        batch = BatchEngine(ar, min(REFERENCE_BATCH, len(workload.prompts)))
+        references = generate_all(batch, [list(p) for p in workload.prompts], workload.params,
+                                  on_done=(lambda _: progress()) if progress else None)
+        del batch  # its captured graphs hold it in a cycle: free its caches before the bench
+        _free_device_memory(ar.device)
+    else:
+        references = []
+        for prompt in workload.prompts:
+            references.append(ar.generate(list(prompt), workload.params).tokens)
+            if progress is not None:
+                progress()
     vocab_size = int(models.target.lm_head.weight.shape[0])
     return Replay(spec, models.setting.directory, references, vocab_size)
+
+
+def _free_device_memory(device) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def concurrency_levels(max_concurrency: int) -> list[int]:

@@ -111,3 +111,18 @@ def test_replayed_batched_bench(replay_setting, specpilot_cli, tmp_path):
     assert record["acceptance"] == "replayed(tau:3)"
     assert [level["concurrency"] for level in record["levels"]] == [1, 2]
     assert record["summary"]["tau"] > 1.5
+
+
+def test_batched_replay_references_equal_the_one_request_ones(replay_setting):
+    """On a GPU the replay references come from the batched AR engine; they are the same greedy
+    continuations (checked here on the CPU in fp32, where both paths run)."""
+    from specpilot.bench.workload import replay_for
+    from specpilot.bench.workload import workload_for
+    from specpilot.build import load_models
+
+    models = load_models(settings.load_setting(replay_setting))
+    workload = workload_for(models.setting, models.tokenizer, num_prompts=5, max_new_tokens=12)
+    done = []
+    batched = replay_for(models, workload, batched=True, progress=lambda: done.append(1))
+    alone = replay_for(models, workload, batched=False)
+    assert batched.references == alone.references and len(done) == 5

@@ -258,3 +258,17 @@ def test_verifies_of_every_batch_size_keep_their_snapshots_in_one_reserved_buffe
     target(torch.randint(5, 100, (2, 5)), torch.arange(5)[None].expand(2, 5), odd,
            commit_all=False)
     assert odd.layers[gdn[0]].pending.steps.data_ptr() != cache.layers[gdn[0]].snapshots.data_ptr()
+
+
+def test_generate_all_runs_more_prompts_than_rows_and_keeps_their_order():
+    from specpilot.engines.batch import generate_all
+
+    models = load_models(load_setting("cpu_c1_tiny"))
+    prompts = [models.tokenizer.encode(t).ids[:10 + 3 * i]
+               for i, t in enumerate(load_prompts("gsm8k", 5))]
+    params = SamplingParams(max_new_tokens=10, ignore_eos=True)
+    ar = models.engine(AR)
+    done = []
+    got = generate_all(BatchEngine(models.engine(STOCK), 2), prompts, params, done.append)
+    assert got == [ar.generate(p, params).tokens for p in prompts]
+    assert sorted(done) == list(range(5))
