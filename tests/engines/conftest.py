@@ -2,10 +2,15 @@
 
 import pytest
 import torch
+import torch.utils._device
 
 
 @pytest.fixture(autouse=True)
 def nan_poison(monkeypatch):
+    # torch caches the constructors a device context (``with torch.device("meta")``) redirects on
+    # first use: fill that cache with the real ``torch.empty`` before it is patched here, or every
+    # later meta-device build (the cost model's) would allocate on the CPU instead
+    torch.utils._device._device_constructors()
     empty, empty_like = torch.empty, torch.empty_like
 
     def poisoned_empty(*args, **kwargs):
