@@ -7,7 +7,7 @@ import pytest
 from specpilot.build import load_models
 from specpilot.datasets import load_prompts
 from specpilot.engines.batch import BatchEngine
-from specpilot.engines.batch import Running
+from specpilot.engines.batch import generate_all
 from specpilot.engines.engine import SamplingParams
 from specpilot.recipe import AR
 from specpilot.recipe import STOCK
@@ -59,11 +59,4 @@ def test_batched(pair, name):
     models, prompts, reference = pair
     engine = models.engine(STOCK.replace(name=name, **BATCHED[name]))
     batch = BatchEngine(engine, 4, pad_to_buckets=True)  # 3 rows on the bucket of 4
-    requests = [Running(str(i), list(p), PARAMS, set()) for i, p in enumerate(prompts)]
-    for req in requests:
-        batch.add(req)
-    while batch.running:
-        for req in [r for r in batch.running if r.finish_reason is not None]:
-            batch.remove(req)
-        batch.step()
-    assert [r.tokens for r in requests] == reference
+    assert generate_all(batch, prompts, PARAMS) == reference
