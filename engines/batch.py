@@ -325,24 +325,42 @@ class BatchEngine:
 
 def generate_all(batch: BatchEngine, prompts: list[list[int]], params: SamplingParams,
                  on_done=None) -> list[list[int]]:
-    """Every prompt through ``batch`` with continuous batching (no scheduler thread): requests
-    join as rows free up and leave when finished; returns each prompt's tokens, in order.
-    ``on_done(i)`` is called as request ``i`` finishes."""
+    """Every prompt through ``batch`` with continuous batching (no scheduler thread); returns
+    each prompt's tokens, in order. ``on_done(i)`` is called as request ``i`` finishes."""
     stops = set(params.stop_token_ids)
     if not params.ignore_eos:
         stops.update(batch.engine.target.eos_token_ids)
     requests = [Running(str(i), list(p), params, set(stops)) for i, p in enumerate(prompts)]
-    waiting = list(reversed(requests))
+    run_requests(batch, requests,
+                 None if on_done is None else lambda req: on_done(int(req.request_id)))
+    return [r.tokens for r in requests]
+
+
+def run_requests(batch: BatchEngine, requests: list[Running], on_done=None) -> int:
+    """Decode ``requests`` on ``batch``: they join in order as rows free up and leave when
+    finished (``on_done(request)``); returns the number of decode steps."""
+    waiting, steps = list(reversed(requests)), 0
     while waiting or batch.running:
         for req in [r for r in batch.running if r.finish_reason is not None]:
             batch.remove(req)
             if on_done is not None:
-                on_done(int(req.request_id))
+                on_done(req)
         while waiting and batch.free_rows:
             batch.add(waiting.pop())
         if any(r.finish_reason is None for r in batch.running):
             batch.step()
-    return [r.tokens for r in requests]
+            steps += 1
+    return steps
+
+
+def release_memory(device: torch.device) -> None:
+    """After dropping batched engines: their captured graphs hold them in reference cycles, so
+    collect those, then hand the device's cached blocks back (for the next engine's caches)."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _out_of_memory(engine: Engine, max_batch: int, err: Exception) -> str:

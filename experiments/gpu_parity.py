@@ -39,6 +39,7 @@ def check(setting) -> dict:
     from specpilot.datasets import load_prompts
     from specpilot.engines.batch import BatchEngine
     from specpilot.engines.batch import Running
+    from specpilot.engines.batch import run_requests
     from specpilot.engines.engine import SamplingParams
     from specpilot.recipe import AR
     from specpilot.recipe import STOCK
@@ -67,14 +68,7 @@ def check(setting) -> dict:
         requests = [Running(str(i), list(p), SamplingParams(max_new_tokens=n, ignore_eos=True,
                                                             stop_token_ids=s), set(s))
                     for i, (p, n, s) in enumerate(zip(prompts, lengths, stops))]
-        for req in requests:
-            batch.add(req)
-        steps = 0
-        while batch.running:
-            for req in [r for r in batch.running if r.finish_reason is not None]:
-                batch.remove(req)
-            batch.step()
-            steps += 1
+        steps = run_requests(batch, requests)
         got = [r.tokens for r in requests]
         out[label] = {"graphs": bool(batch._graphs), "buckets": batch.buckets,
                       "capture_s": capture_s, "steps": steps,

@@ -135,25 +135,20 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
     95% CI, and each engine's median p99 request latency. The first run of each engine per level
     is preceded by a warm-up request."""
     import dataclasses
-    import gc
     import statistics
 
-    import torch
-
     from specpilot.bench.stats import estimate_speedup
-
     from specpilot.engines.batch import BatchEngine
+    from specpilot.engines.batch import release_memory
 
+    device = next(iter(engines.values())).device
     out = []
     for concurrency in levels:
         # one batched engine per side and level: its caches and CUDA graphs serve every repetition
         try:
             batches = {side: BatchEngine(engine, concurrency) for side, engine in engines.items()}
         except SpecPilotError as err:  # a level that does not fit is a recorded outcome
-            batches = None
-            gc.collect()
-            if any(e.device.type == "cuda" for e in engines.values()):
-                torch.cuda.empty_cache()
+            release_memory(device)
             log(f"c={concurrency}: not run: {err}")
             out.append({"concurrency": concurrency, "error": str(err)})
             continue
@@ -186,10 +181,8 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
                     for side in runs},
                  "b_tau": statistics.median(r["tau"] for r in runs["b"])
                  if all(r["tau"] is not None for r in runs["b"]) else None}
-        del batches  # their captured graphs hold them in cycles: free the memory for the next
-        gc.collect()
-        if any(e.device.type == "cuda" for e in engines.values()):
-            torch.cuda.empty_cache()
+        del batches
+        release_memory(device)  # this level's caches and graphs go before the next level's
         log(f"c={concurrency}: b/a throughput {entry['median_ratio']:.3f}x "
             f"[{entry['ci95'][0]:.3f}, {entry['ci95'][1]:.3f}] (a {entry['a_tok_s']:.1f} tok/s, "
             f"b {entry['b_tok_s']:.1f} tok/s)")

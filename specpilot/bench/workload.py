@@ -176,12 +176,13 @@ def replay_for(models, workload: Workload, spec: str | None = None,
         # of a minute at seed scale; greedy either way (a bf16 near-tie may round otherwise)
         from specpilot.engines.batch import BatchEngine
         from specpilot.engines.batch import generate_all
+        from specpilot.engines.batch import release_memory
 
         batch = BatchEngine(ar, min(REFERENCE_BATCH, len(workload.prompts)))
         references = generate_all(batch, [list(p) for p in workload.prompts], workload.params,
                                   on_done=(lambda _: progress()) if progress else None)
-        del batch  # its captured graphs hold it in a cycle: free its caches before the bench
-        _free_device_memory(ar.device)
+        del batch
+        release_memory(ar.device)  # its caches go before the bench builds its own
     else:
         references = []
         for prompt in workload.prompts:
@@ -190,16 +191,6 @@ def replay_for(models, workload: Workload, spec: str | None = None,
                 progress()
     vocab_size = int(models.target.lm_head.weight.shape[0])
     return Replay(spec, models.setting.directory, references, vocab_size)
-
-
-def _free_device_memory(device) -> None:
-    import gc
-
-    import torch
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def concurrency_levels(max_concurrency: int) -> list[int]:

@@ -12,6 +12,7 @@ from specpilot.build import load_models
 from specpilot.datasets import load_prompts
 from specpilot.engines.batch import BatchEngine
 from specpilot.engines.batch import Running
+from specpilot.engines.batch import run_requests
 from specpilot.engines.batch_rows import RowState
 from specpilot.engines.drafters.replay import AcceptanceProfile
 from specpilot.engines.drafters.replay import ReplayPlan
@@ -44,12 +45,7 @@ def _until_stop(tokens: list[int], stops: tuple[int, ...]) -> list[int]:
 
 def _run(batch: BatchEngine, requests: list[Running]) -> list[list[int]]:
     """All requests at once (the batch has a row for each); steps until every one has finished."""
-    for req in requests:
-        batch.add(req)
-    while batch.running:
-        for req in [r for r in batch.running if r.finish_reason is not None]:
-            batch.remove(req)
-        batch.step()
+    run_requests(batch, requests)
     return [r.tokens for r in requests]
 
 
