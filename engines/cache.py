@@ -166,11 +166,13 @@ class GDNState:
         return view
 
     def commit(self, num_rows: torch.Tensor, pending: PendingRows | None = None,
-               index: "CommitIndex | None" = None) -> None:
+               index: "CommitIndex | None" = None, recurrent_done: bool = False) -> None:
         """Keep the first ``num_rows`` [B] rows (>= 1) of the pending forward.
 
         ``pending``: commit these rows instead of ``self.pending`` (a captured CUDA graph binds the
         rows its verify graph produces). ``index``: the commit's index tensors, shared by its layers.
+        ``recurrent_done``: the recurrent state is already committed (the cache's stacked commit);
+        only the conv window is left.
         """
         if pending is None:
             pending, self.pending = self.pending, None
@@ -179,6 +181,8 @@ class GDNState:
         index = index if index is not None else CommitIndex(num_rows)
         window = pending.conv_window
         self.conv.copy_(window.gather(2, index.conv_window(window, self.conv.shape[-1])))
+        if recurrent_done:
+            return
         if pending.steps is not None:
             steps = pending.steps
             kept = index.last_step(steps.shape[1])
@@ -230,13 +234,28 @@ class CommitIndex:
 
 
 class ModelCache:
-    """All layers' state for a batch of request rows; ``layers[i]`` is a KVCache, a GDNState or None."""
+    """All layers' state for a batch of request rows; ``layers[i]`` is a KVCache, a GDNState or None.
 
-    def __init__(self, layers: list):
+    The Gated-DeltaNet layers' recurrent states (and their reserved snapshot buffers) live in one
+    layer-stacked tensor each, ``recurrent`` [L, B, HV, Dk, Dv] and ``snapshots`` [L, B, T, HV, Dk,
+    Dv], every layer's own being a view of it: a commit that keeps the reserved snapshots then moves
+    every layer's state in one kernel instead of one small copy per layer.
+    """
+
+    def __init__(self, layers: list, recurrent: torch.Tensor | None = None,
+                 snapshots: torch.Tensor | None = None):
         self.layers = layers
+        self._gdn = [layer for layer in layers if isinstance(layer, GDNState)]
+        self.recurrent, self.snapshots = recurrent, snapshots
+        if recurrent is None and self._gdn:
+            self.recurrent = _stack_in_place(self._gdn, "recurrent")
 
     def rows(self, index: slice) -> "ModelCache":
-        return ModelCache([None if c is None else c.rows(index) for c in self.layers])
+        def pick(stack):
+            return None if stack is None else stack[:, index]
+
+        return ModelCache([None if c is None else c.rows(index) for c in self.layers],
+                          pick(self.recurrent), pick(self.snapshots))
 
     def commit(self, num_rows: torch.Tensor, new_lengths: torch.Tensor,
                pending: list | None = None) -> None:
@@ -245,23 +264,59 @@ class ModelCache:
         ``pending``: per-layer pending rows to commit (see :meth:`pending_rows`), else each layer's own.
         """
         index = CommitIndex(num_rows)
-        for i, layer in enumerate(self.layers):
+        own = pending is None
+        if own:
+            pending = [getattr(layer, "pending", None) for layer in self.layers]
+        stacked = self._commit_stacked(pending, index)
+        for layer, rows in zip(self.layers, pending):
             if isinstance(layer, KVCache):
                 layer.truncate(new_lengths)
             elif isinstance(layer, GDNState):
-                layer.commit(num_rows, None if pending is None else pending[i], index)
+                if own:
+                    layer.pending = None
+                layer.commit(num_rows, rows, index, recurrent_done=stacked)
+
+    def _commit_stacked(self, pending: list, index: "CommitIndex") -> bool:
+        """Every layer's recurrent state from its kept snapshot in one ``index_select`` over the
+        stacked buffers, when every Gated-DeltaNet layer's pending steps are its reserved snapshots
+        (False: a layer's are not, e.g. a tree's path or replay rollback; commit per layer)."""
+        if self.snapshots is None:
+            return False
+        for layer, rows in zip(self.layers, pending):
+            if isinstance(layer, GDNState) and (
+                    rows is None or rows.steps is None or layer.snapshots is None
+                    or rows.steps.data_ptr() != layer.snapshots.data_ptr()
+                    or rows.steps.shape != layer.snapshots.shape):
+                return False
+        num_steps = self.snapshots.shape[2]
+        torch.index_select(self.snapshots.flatten(1, 2), 1, index.last_step(num_steps),
+                           out=self.recurrent)
+        return True
 
     def reserve_snapshots(self, num_steps: int) -> "ModelCache":
-        """Reserve every Gated-DeltaNet layer's snapshot buffer for ``num_steps``-row verifies
-        (:meth:`GDNState.reserve_snapshots`); a no-op for other layers and rollbacks."""
-        for layer in self.layers:
-            if isinstance(layer, GDNState):
+        """Reserve the Gated-DeltaNet layers' snapshot buffers for ``num_steps``-row verifies, one
+        layer-stacked tensor (:meth:`GDNState.reserve_snapshots`); a no-op for other rollbacks."""
+        if not self._gdn or self._gdn[0].rollback != "snapshot":
+            return self
+        if self.recurrent is None:  # layers of different shapes: a buffer each
+            for layer in self._gdn:
                 layer.reserve_snapshots(num_steps)
+            return self
+        if self.snapshots is None or self.snapshots.shape[2] != num_steps:
+            for layer in self._gdn:
+                layer.snapshots = None
+            self.snapshots = None  # freed before the new one is allocated
+            r = self.recurrent
+            self.snapshots = torch.empty(r.shape[0], r.shape[1], num_steps, *r.shape[2:],
+                                         dtype=r.dtype, device=r.device)
+            for layer, buffer in zip(self._gdn, self.snapshots):
+                layer.snapshots = buffer
         return self
 
     def tree_view(self, tree) -> "ModelCache":
         """Views of every layer (shared storage) for one forward over ``tree``'s nodes."""
-        return ModelCache([None if c is None else c.with_tree(tree) for c in self.layers])
+        return ModelCache([None if c is None else c.with_tree(tree) for c in self.layers],
+                          self.recurrent, self.snapshots)
 
     def keep_path(self, view: "ModelCache", tree, path: torch.Tensor) -> None:
         """After a forward on ``view = tree_view(tree)``: leave this cache as if that forward had
@@ -299,3 +354,18 @@ class ModelCache:
                 layer.conv.zero_()
                 layer.recurrent.zero_()
                 layer.pending = None
+
+
+def _stack_in_place(states: list[GDNState], name: str) -> torch.Tensor | None:
+    """Move every state's tensor ``name`` into one stacked tensor [L, ...] and leave each state
+    holding its view; None (left as is) when the layers' shapes differ. One layer is copied and
+    freed at a time, so the peak is the stack plus one layer."""
+    first = getattr(states[0], name)
+    if any(getattr(s, name).shape != first.shape or getattr(s, name).dtype != first.dtype
+           for s in states):
+        return None
+    stack = torch.empty(len(states), *first.shape, dtype=first.dtype, device=first.device)
+    for state, view in zip(states, stack):
+        view.copy_(getattr(state, name))
+        setattr(state, name, view)
+    return stack

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from specpilot import tiny
+from specpilot.engines.cache import CommitIndex
+from specpilot.engines.cache import GDNState
 from specpilot.engines.drafters.replay import AcceptanceProfile
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.engine import Engine
@@ -90,6 +92,37 @@ def test_snapshot_and_replay_rollback_leave_identical_state(tiny_models, tiny_pr
         for a, b in zip(states[0].layers, cache.layers):
             if hasattr(a, "recurrent"):
                 torch.testing.assert_close(a.recurrent, b.recurrent, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_rows", [2, 3])
+def test_stacked_commit_equals_per_layer_commit(tiny_models, tiny_prompts, num_rows):
+    """A cache with reserved snapshots commits every Gated-DeltaNet layer in one stacked copy; its
+    state equals the per-layer commit's, also through a view of the first rows (a batch bucket)."""
+    target = tiny_models.target
+    prompts = torch.tensor([p[:20] for p in tiny_prompts[:2]])
+    block = torch.tensor([p[:8] for p in tiny_prompts[2:4]])
+    kept = torch.tensor([3, 8])
+    caches = []
+    for reserve in (True, False):
+        cache = target.new_cache(num_rows, 64, "snapshot")
+        if reserve:
+            cache.reserve_snapshots(8)
+        view = cache.rows(slice(0, 2))
+        target(prompts, torch.arange(20).expand(2, -1), view)
+        target(block, 20 + torch.arange(8).expand(2, -1), view, commit_all=False)
+        pending = view.pending_rows()
+        assert view._commit_stacked(pending, CommitIndex(kept)) is reserve
+        view.commit(kept, 20 + kept)
+        caches.append(cache)
+    stacked, per_layer = caches
+    gdn = [layer for layer in stacked.layers if isinstance(layer, GDNState)]
+    assert len(gdn) > 1 and stacked.recurrent.shape[0] == len(gdn)
+    for i, layer in enumerate(gdn):
+        assert layer.recurrent.data_ptr() == stacked.recurrent[i].data_ptr()
+    for a, b in zip(stacked.layers, per_layer.layers):
+        if isinstance(a, GDNState):
+            assert torch.equal(a.recurrent[:2], b.recurrent[:2])
+            assert torch.equal(a.conv[:2], b.conv[:2])
 
 
 def test_drafter_kv_is_windowed(tiny_models):
