@@ -51,6 +51,7 @@ def _run(batch: BatchEngine, requests: list[Running]) -> list[list[int]]:
 
 @pytest.mark.parametrize("setting,pad,rollback", [
     ("cpu_c1_tiny", False, "snapshot"), ("cpu_c1_tiny-muse", False, "snapshot"),
+    ("cpu_c1_tiny-muse-dspark", True, "snapshot"),
     ("cpu_c1_tiny", True, "snapshot"), ("cpu_c1_tiny", True, "replay")])
 def test_batched_greedy_spec_equals_greedy_ar(setting, pad, rollback):
     """8 concurrent greedy requests with ragged prompts, lengths and stops: batched spec tokens ==
