@@ -20,6 +20,7 @@ import dataclasses
 import torch
 
 from specpilot.kernels.gated_delta_rule import gated_delta_rule
+from specpilot.kernels.stacked_select import select_rows
 
 ROLLBACK_STRATEGIES = ("snapshot", "replay")
 
@@ -239,7 +240,8 @@ class ModelCache:
     The Gated-DeltaNet layers' recurrent states (and their reserved snapshot buffers) live in one
     layer-stacked tensor each, ``recurrent`` [L, B, HV, Dk, Dv] and ``snapshots`` [L, B, T, HV, Dk,
     Dv], every layer's own being a view of it: a commit that keeps the reserved snapshots then moves
-    every layer's state in one kernel instead of one small copy per layer.
+    every layer's state in one kernel (``specpilot.kernels.stacked_select``) instead of one small
+    copy per layer.
     """
 
     def __init__(self, layers: list, recurrent: torch.Tensor | None = None,
@@ -289,8 +291,7 @@ class ModelCache:
                     or rows.steps.shape != layer.snapshots.shape):
                 return False
         num_steps = self.snapshots.shape[2]
-        torch.index_select(self.snapshots.flatten(1, 2), 1, index.last_step(num_steps),
-                           out=self.recurrent)
+        select_rows(self.snapshots.flatten(1, 2), index.last_step(num_steps), out=self.recurrent)
         return True
 
     def reserve_snapshots(self, num_steps: int) -> "ModelCache":
