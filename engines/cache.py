@@ -133,6 +133,7 @@ class GDNState:
                                      dtype=torch.float32, device=device)
         self.pending: PendingRows | None = None
         self.snapshots: torch.Tensor | None = None  # [B, T, HV, Dk, Dv] once reserved
+        self.windows: torch.Tensor | None = None  # [B, C, K-1+T] once reserved (a cache's stack)
 
     def reserve_snapshots(self, num_steps: int) -> None:
         """Keep the per-row states of a ``num_steps``-row verify (snapshot rollback) in one buffer
@@ -150,6 +151,7 @@ class GDNState:
         view.rollback, view.pending = self.rollback, None
         view.conv, view.recurrent = self.conv[index], self.recurrent[index]
         view.snapshots = self.snapshots[index] if self.snapshots is not None else None
+        view.windows = self.windows[index] if self.windows is not None else None
         return view
 
     def snapshot_buffer(self, num_seqs: int, num_tokens: int) -> torch.Tensor | None:
@@ -160,6 +162,15 @@ class GDNState:
             return None
         return buffer
 
+    def window_buffer(self, num_seqs: int, num_tokens: int) -> torch.Tensor | None:
+        """Where a forward of ``num_seqs`` sequences x ``num_tokens`` rows keeps its conv window
+        (the conv state followed by its inputs); None: no reserved buffer of that shape."""
+        buffer = self.windows
+        if (buffer is None or self.tree is not None
+                or buffer.shape[0] != num_seqs or buffer.shape[-1] != self.conv.shape[-1] + num_tokens):
+            return None
+        return buffer
+
     def with_tree(self, tree) -> "GDNState":
         """A view (shared state) that runs ``tree``'s paths; its pending rows are per path."""
         view = self.rows(slice(None))
@@ -167,13 +178,11 @@ class GDNState:
         return view
 
     def commit(self, num_rows: torch.Tensor, pending: PendingRows | None = None,
-               index: "CommitIndex | None" = None, recurrent_done: bool = False) -> None:
+               index: "CommitIndex | None" = None) -> None:
         """Keep the first ``num_rows`` [B] rows (>= 1) of the pending forward.
 
         ``pending``: commit these rows instead of ``self.pending`` (a captured CUDA graph binds the
         rows its verify graph produces). ``index``: the commit's index tensors, shared by its layers.
-        ``recurrent_done``: the recurrent state is already committed (the cache's stacked commit);
-        only the conv window is left.
         """
         if pending is None:
             pending, self.pending = self.pending, None
@@ -182,8 +191,6 @@ class GDNState:
         index = index if index is not None else CommitIndex(num_rows)
         window = pending.conv_window
         self.conv.copy_(window.gather(2, index.conv_window(window, self.conv.shape[-1])))
-        if recurrent_done:
-            return
         if pending.steps is not None:
             steps = pending.steps
             kept = index.last_step(steps.shape[1])
@@ -219,6 +226,13 @@ class CommitIndex:
             return (self.num_rows[:, None, None] + offsets).expand(*window.shape[:2], -1)
         return self._get(("conv", tuple(window.shape[:2]), kernel_minus_1), build)
 
+    def stacked_conv_window(self, windows: torch.Tensor, kernel_minus_1: int) -> torch.Tensor:
+        """[L, B, C, K-1]: :meth:`conv_window` for a layer-stacked ``windows`` [L, B, C, K-1+T]."""
+        def build():
+            offsets = torch.arange(kernel_minus_1, device=windows.device)
+            return (self.num_rows[:, None, None] + offsets).expand(*windows.shape[:3], -1)
+        return self._get(("stacked conv", tuple(windows.shape[:3]), kernel_minus_1), build)
+
     def last_step(self, num_steps: int) -> torch.Tensor:
         """[B]: row b's last kept step in per-step snapshots flattened to [B * T, ...]."""
         def build():
@@ -237,27 +251,31 @@ class CommitIndex:
 class ModelCache:
     """All layers' state for a batch of request rows; ``layers[i]`` is a KVCache, a GDNState or None.
 
-    The Gated-DeltaNet layers' recurrent states (and their reserved snapshot buffers) live in one
-    layer-stacked tensor each, ``recurrent`` [L, B, HV, Dk, Dv] and ``snapshots`` [L, B, T, HV, Dk,
-    Dv], every layer's own being a view of it: a commit that keeps the reserved snapshots then moves
-    every layer's state in one kernel (``specpilot.kernels.stacked_select``) instead of one small
-    copy per layer.
+    The Gated-DeltaNet layers' states live in layer-stacked tensors, every layer's own being a view:
+    ``recurrent`` [L, B, HV, Dk, Dv] and ``conv`` [L, B, C, K-1], and once reserved for a verify
+    width T, ``snapshots`` [L, B, T, HV, Dk, Dv] and ``windows`` [L, B, C, K-1+T]. A commit of a
+    forward that kept its rows there moves every layer's state in two kernels (the recurrent states
+    through ``specpilot.kernels.stacked_select``, the conv states by one gather) instead of two
+    small ones per layer.
     """
 
-    def __init__(self, layers: list, recurrent: torch.Tensor | None = None,
-                 snapshots: torch.Tensor | None = None):
+    def __init__(self, layers: list, stacks: dict | None = None):
         self.layers = layers
         self._gdn = [layer for layer in layers if isinstance(layer, GDNState)]
-        self.recurrent, self.snapshots = recurrent, snapshots
-        if recurrent is None and self._gdn:
+        stacks = stacks or {}
+        self.recurrent, self.conv = stacks.get("recurrent"), stacks.get("conv")
+        self.snapshots, self.windows = stacks.get("snapshots"), stacks.get("windows")
+        if not stacks and self._gdn:
             self.recurrent = _stack_in_place(self._gdn, "recurrent")
+            self.conv = _stack_in_place(self._gdn, "conv")
+
+    def _stacks(self, index=slice(None)) -> dict:
+        names = ("recurrent", "conv", "snapshots", "windows")
+        return {n: getattr(self, n)[:, index] for n in names if getattr(self, n) is not None}
 
     def rows(self, index: slice) -> "ModelCache":
-        def pick(stack):
-            return None if stack is None else stack[:, index]
-
         return ModelCache([None if c is None else c.rows(index) for c in self.layers],
-                          pick(self.recurrent), pick(self.snapshots))
+                          self._stacks(index))
 
     def commit(self, num_rows: torch.Tensor, new_lengths: torch.Tensor,
                pending: list | None = None) -> None:
@@ -276,48 +294,56 @@ class ModelCache:
             elif isinstance(layer, GDNState):
                 if own:
                     layer.pending = None
-                layer.commit(num_rows, rows, index, recurrent_done=stacked)
+                if not stacked:
+                    layer.commit(num_rows, rows, index)
 
     def _commit_stacked(self, pending: list, index: "CommitIndex") -> bool:
-        """Every layer's recurrent state from its kept snapshot in one ``index_select`` over the
-        stacked buffers, when every Gated-DeltaNet layer's pending steps are its reserved snapshots
-        (False: a layer's are not, e.g. a tree's path or replay rollback; commit per layer)."""
-        if self.snapshots is None:
+        """Every Gated-DeltaNet layer's state in two kernels over the stacks, when every layer's
+        pending rows are in its reserved buffers (False: some are not, e.g. a tree's path or replay
+        rollback: commit per layer)."""
+        if self.snapshots is None or self.windows is None:
             return False
         for layer, rows in zip(self.layers, pending):
-            if isinstance(layer, GDNState) and (
-                    rows is None or rows.steps is None or layer.snapshots is None
-                    or rows.steps.data_ptr() != layer.snapshots.data_ptr()
-                    or rows.steps.shape != layer.snapshots.shape):
+            if isinstance(layer, GDNState) and not (
+                    rows is not None and rows.steps is not None and layer.snapshots is not None
+                    and _same_buffer(rows.steps, layer.snapshots)
+                    and _same_buffer(rows.conv_window, layer.windows)):
                 return False
-        num_steps = self.snapshots.shape[2]
-        select_rows(self.snapshots.flatten(1, 2), index.last_step(num_steps), out=self.recurrent)
+        select_rows(self.snapshots.flatten(1, 2), index.last_step(self.snapshots.shape[2]),
+                    out=self.recurrent)
+        kernel_minus_1 = self.conv.shape[-1]
+        torch.gather(self.windows, 3, index.stacked_conv_window(self.windows, kernel_minus_1),
+                     out=self.conv)
         return True
 
     def reserve_snapshots(self, num_steps: int) -> "ModelCache":
-        """Reserve the Gated-DeltaNet layers' snapshot buffers for ``num_steps``-row verifies, one
-        layer-stacked tensor (:meth:`GDNState.reserve_snapshots`); a no-op for other rollbacks."""
+        """Reserve the Gated-DeltaNet layers' per-row states and conv windows for ``num_steps``-row
+        verifies (snapshot rollback), as layer-stacked tensors whose views each layer's forward
+        writes into (:meth:`GDNState.snapshot_buffer`, :meth:`GDNState.window_buffer`); a no-op
+        for other rollbacks."""
         if not self._gdn or self._gdn[0].rollback != "snapshot":
             return self
-        if self.recurrent is None:  # layers of different shapes: a buffer each
+        if self.recurrent is None or self.conv is None:  # layers of different shapes: one each
             for layer in self._gdn:
                 layer.reserve_snapshots(num_steps)
             return self
         if self.snapshots is None or self.snapshots.shape[2] != num_steps:
             for layer in self._gdn:
-                layer.snapshots = None
-            self.snapshots = None  # freed before the new one is allocated
-            r = self.recurrent
-            self.snapshots = torch.empty(r.shape[0], r.shape[1], num_steps, *r.shape[2:],
-                                         dtype=r.dtype, device=r.device)
-            for layer, buffer in zip(self._gdn, self.snapshots):
-                layer.snapshots = buffer
+                layer.snapshots = layer.windows = None
+            self.snapshots = self.windows = None  # freed before the new ones are allocated
+            r, c = self.recurrent, self.conv
+            self.snapshots = torch.empty(*r.shape[:2], num_steps, *r.shape[2:], dtype=r.dtype,
+                                         device=r.device)
+            self.windows = torch.empty(*c.shape[:3], c.shape[3] + num_steps, dtype=c.dtype,
+                                       device=c.device)
+            for layer, steps, window in zip(self._gdn, self.snapshots, self.windows):
+                layer.snapshots, layer.windows = steps, window
         return self
 
     def tree_view(self, tree) -> "ModelCache":
         """Views of every layer (shared storage) for one forward over ``tree``'s nodes."""
         return ModelCache([None if c is None else c.with_tree(tree) for c in self.layers],
-                          self.recurrent, self.snapshots)
+                          self._stacks())
 
     def keep_path(self, view: "ModelCache", tree, path: torch.Tensor) -> None:
         """After a forward on ``view = tree_view(tree)``: leave this cache as if that forward had
@@ -370,3 +396,7 @@ def _stack_in_place(states: list[GDNState], name: str) -> torch.Tensor | None:
         view.copy_(getattr(state, name))
         setattr(state, name, view)
     return stack
+
+
+def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape

@@ -120,7 +120,10 @@ class Qwen3_5GatedDeltaNet(Fusable):
             conv_state = conv_state.expand(num_seqs, -1, -1)
             recurrent = recurrent.expand(num_seqs, -1, -1, -1).contiguous()
         mixed = mixed.transpose(1, 2)  # [S, C, T]
-        window = torch.cat([conv_state, mixed.to(conv_state.dtype)], dim=-1)  # [S, C, K-1+T]
+        parts = [conv_state, mixed.to(conv_state.dtype)]
+        window_out = state.window_buffer(num_seqs, num_tokens) if not commit_all else None
+        window = (torch.cat(parts, dim=-1) if window_out is None  # [S, C, K-1+T]
+                  else torch.cat(parts, dim=-1, out=window_out))
         weight = self.conv1d.weight.squeeze(1)
         conv = F.conv1d(window.to(weight.dtype), weight.unsqueeze(1), groups=self.conv_dim)
         mixed = F.silu(conv[:, :, -num_tokens:]).to(b.dtype).transpose(1, 2)

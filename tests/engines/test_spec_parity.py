@@ -119,6 +119,7 @@ def test_stacked_commit_equals_per_layer_commit(tiny_models, tiny_prompts, num_r
     assert len(gdn) > 1 and stacked.recurrent.shape[0] == len(gdn)
     for i, layer in enumerate(gdn):
         assert layer.recurrent.data_ptr() == stacked.recurrent[i].data_ptr()
+        assert layer.conv.data_ptr() == stacked.conv[i].data_ptr()
     for a, b in zip(stacked.layers, per_layer.layers):
         if isinstance(a, GDNState):
             assert torch.equal(a.recurrent[:2], b.recurrent[:2])
