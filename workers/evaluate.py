@@ -110,7 +110,8 @@ def _fixed_ms(models, engine) -> dict | None:
 
     target, drafter = model_configs(models.setting)
     return measure_fixed_ms(target, drafter if engine.drafter is not None else None,
-                            engine.recipe, engine.device, engine.target.lm_head.weight.dtype)
+                            engine.recipe, engine.device, engine.target.lm_head.weight.dtype,
+                            max_len=engine.max_len)
 
 
 def candidate(job: dict) -> dict:

@@ -28,11 +28,13 @@ SIZES = {**SHRUNK_SIZES, "head_dim": 32, "linear_key_head_dim": 16, "linear_valu
 
 def measure_fixed_ms(target_config: dict, drafter_config: dict | None, recipe, device,
                      dtype: torch.dtype = torch.bfloat16, max_new_tokens: int = 48,
-                     repeats: int = 3) -> dict[str, float]:
+                     repeats: int = 3, max_len: int | None = None) -> dict[str, float]:
     """Mean ms per decode step of each phase of ``recipe`` on shrunk models on ``device``: ``ar``
     (the target forward of an AR step of the same build) and, for a speculative recipe, ``draft``,
     ``verify``, ``accept`` and ``commit``. The median over ``repeats`` timed requests after one
-    warm-up request (CUDA graphs captured, kernels compiled)."""
+    warm-up request (CUDA graphs captured, kernels compiled). ``max_len``: the measured engine's
+    context (its KV slots: attention masks and slot bookkeeping scale with it, not with the widths
+    the probe shrinks); default just enough for the probe's request."""
     from specpilot.engines.models import random_model
     from specpilot.recipe import AR
 
@@ -40,21 +42,23 @@ def measure_fixed_ms(target_config: dict, drafter_config: dict | None, recipe, d
     target = random_model(shrink_config(target_config, SIZES), device=device, dtype=dtype)
     ar = AR.replace(gemm=recipe.gemm, cuda_graphs=recipe.cuda_graphs,
                     fused_elementwise=recipe.fused_elementwise)
-    out = {"ar": _phases(target, None, ar, max_new_tokens, repeats)["verify"]}
+    max_len = max_len or PROMPT_TOKENS + max_new_tokens + 64
+    out = {"ar": _phases(target, None, ar, max_new_tokens, repeats, max_len)["verify"]}
     if recipe.speculative and drafter_config is not None:
         drafter = random_model(shrink_config(drafter_config, SIZES), device=device, dtype=dtype,
                                seed=1)
-        phases = _phases(target, drafter, recipe.replace(w12=()), max_new_tokens, repeats)
+        phases = _phases(target, drafter, recipe.replace(w12=()), max_new_tokens, repeats, max_len)
         out.update({p: phases[p] for p in ("draft", "verify", "accept", "commit") if p in phases})
     return out
 
 
-def _phases(target, drafter, recipe, max_new_tokens: int, repeats: int) -> dict[str, float]:
+def _phases(target, drafter, recipe, max_new_tokens: int, repeats: int,
+            max_len: int) -> dict[str, float]:
     from specpilot.engines.engine import Engine
     from specpilot.engines.engine import SamplingParams
     from specpilot.engines.timing import PhaseTimer
 
-    engine = Engine(target, drafter, recipe, max_len=PROMPT_TOKENS + max_new_tokens + 64)
+    engine = Engine(target, drafter, recipe, max_len=max_len)
     vocab = target.lm_head.weight.shape[0]
     prompt = [1 + i % (vocab - 1) for i in range(PROMPT_TOKENS)]
     params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
