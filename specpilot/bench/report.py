@@ -116,6 +116,7 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
                                _num(level["b_p99_latency_s"]),
                                _num(level.get("speedup_bound", r.get("speedup_bound"))),
                                _commit(r), _date(r), _link(r, base)])
+    throughput.sort(key=lambda row: (row[0], row[1], row[2], int(row[5])))  # by level, per pair
     quality = [[r["setting"], r["engine"], r["dataset"], f"{r['accuracy']:.1%}",
                 f"{r['num_correct']}/{r['num_examples']}", _device(r), _link(r, base)]
                for r in of["score"]]
