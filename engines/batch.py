@@ -83,7 +83,7 @@ class BatchEngine:
         self.engine, self.max_batch = engine, max_batch
         self.cache = engine.target.new_cache(max_batch, engine.max_len, engine.recipe.gdn_rollback)
         if engine.drafter is not None:  # one snapshot buffer for every bucket's verify
-            self.cache.reserve_snapshots(engine.block_size)
+            self.cache.reserve_snapshots(engine.block_size, engine.recipe.gdn_snapshot)
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)
                             if engine.drafter is not None else None)
         self.running: list[Running] = []
@@ -141,37 +141,112 @@ class BatchEngine:
         self._num_sampled += sign * (req.params.temperature > 0)
         self._num_replayed += sign * (req.replay is not None)
 
-    @torch.inference_mode()
-    def add(self, req: Running) -> None:
-        """Prefill ``req`` into the next free row; its first token is produced here."""
-        e, row = self.engine, len(self.running)
-        if row >= self.max_batch:
-            raise RuntimeError("no free row")
+    def _check(self, req: Running) -> None:
+        """A request that can never fit a row raises ValueError (before anything is run)."""
+        e = self.engine
         capacity = len(req.prompt_ids) + req.params.max_new_tokens + e.block_size + 1
         if capacity > e.max_len:
             raise ValueError(f"prompt ({len(req.prompt_ids)}) + max_new_tokens "
                              f"({req.params.max_new_tokens}) exceeds the context of {e.max_len}")
-        self._apply_recipe()
-        cache, draft = self.cache.rows(slice(row, row + 1)), None
+
+    def _row_views(self, rows: slice):
+        """Both caches' views of ``rows``, emptied for new requests."""
+        cache, draft = self.cache.rows(rows), None
         cache.reset()
         if self.draft_cache is not None:
-            draft = self.draft_cache.rows(slice(row, row + 1))
+            draft = self.draft_cache.rows(rows)
             draft.reset()
+        return cache, draft
+
+    def _start(self, req: Running, row: int, logits: torch.Tensor) -> None:
+        """``req`` prefilled into ``row``: pick its first token from its last prompt row's
+        ``logits`` [1, V] and make it a running row."""
+        e = self.engine
         if req.params.temperature > 0:
             req.generator = torch.Generator(device=e.device)
             req.generator.manual_seed(req.params.seed if req.params.seed is not None else 0)
-        ids = torch.tensor([req.prompt_ids], device=e.device)
-        positions = torch.arange(len(req.prompt_ids), device=e.device)[None]
-        out = e.target.prefill(ids, positions, cache, capture=e.capture)
-        if draft is not None:
-            e.drafter.commit_context(out.aux, positions, draft)
-        req.tokens = [int(e._pick(out.logits[:, -1], req.params, req.generator)[0])]
+        req.tokens = [int(e._pick(logits, req.params, req.generator)[0])]
         req.committed = len(req.prompt_ids)
         self._maybe_finish(req)
         remaining = 0 if req.finish_reason else req.params.max_new_tokens - len(req.tokens)
         self.rows.set_row(row, req.tokens[-1], req.committed, remaining, req.stops)
         self.running.append(req)
         self._count(req, +1)
+
+    @torch.inference_mode()
+    def add(self, req: Running) -> None:
+        """Prefill ``req`` into the next free row; its first token is produced here."""
+        e, row = self.engine, len(self.running)
+        if row >= self.max_batch:
+            raise RuntimeError("no free row")
+        self._check(req)
+        self._apply_recipe()
+        cache, draft = self._row_views(slice(row, row + 1))
+        ids = torch.tensor([req.prompt_ids], device=e.device)
+        positions = torch.arange(len(req.prompt_ids), device=e.device)[None]
+        out = e.target.prefill(ids, positions, cache, capture=e.capture)
+        if draft is not None:
+            e.drafter.commit_context(out.aux, positions, draft)
+        self._start(req, row, out.logits[:, -1])
+
+    @torch.inference_mode()
+    def add_many(self, reqs: list[Running]) -> list[tuple[Running, Exception]]:
+        """Prefill ``reqs`` into the next free rows; returns the (request, error) pairs of those
+        that could not join (the others are running).
+
+        With the recipe's ``batched_prefill`` the requests go through one target forward,
+        right-padded to the longest prompt (:meth:`ModelCache.padded`), when that width fits every
+        attention layer's slots without wrapping and needs no chunking; otherwise, and if that
+        forward fails, one prefill each (:meth:`add`).
+        """
+        if len(reqs) > self.free_rows:
+            raise RuntimeError(f"{len(reqs)} requests for {self.free_rows} free rows")
+        failed, ready = [], []
+        for req in reqs:
+            try:
+                self._check(req)
+                ready.append(req)
+            except ValueError as err:
+                failed.append((req, err))
+        if len(ready) > 1 and self.engine.recipe.batched_prefill and self._fits_padded(ready):
+            try:
+                self._prefill_padded(ready)
+                return failed
+            except Exception:  # noqa: BLE001 - e.g. out of memory at this width: one at a time
+                running = {id(r) for r in self.running}
+                ready = [r for r in ready if id(r) not in running]
+        for req in ready:
+            try:
+                self.add(req)
+            except Exception as err:  # noqa: BLE001 - this request alone fails
+                failed.append((req, err))
+        return failed
+
+    def _fits_padded(self, reqs: list[Running]) -> bool:
+        width = max(len(r.prompt_ids) for r in reqs)
+        chunk = self.engine.target.max_rows_per_forward
+        slots = [c.min_capacity() for c in (self.cache, self.draft_cache) if c is not None]
+        return (chunk is None or width <= chunk) and all(s is None or width <= s for s in slots)
+
+    def _prefill_padded(self, reqs: list[Running]) -> None:
+        """One target forward over every prompt of ``reqs`` (right-padded), into new rows."""
+        e, first = self.engine, len(self.running)
+        self._apply_recipe()
+        rows = slice(first, first + len(reqs))
+        cache, draft = self._row_views(rows)
+        width = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.tensor([r.prompt_ids + [r.prompt_ids[-1]] * (width - len(r.prompt_ids))
+                            for r in reqs], device=e.device)
+        lengths = torch.tensor([len(r.prompt_ids) for r in reqs], device=e.device)
+        positions = torch.arange(width, device=e.device)[None].expand(len(reqs), -1)
+        out = e.target(ids, positions, cache.padded(lengths), capture=e.capture,
+                       last_index=lengths - 1)
+        cache.truncate(lengths)
+        if draft is not None:
+            e.drafter.commit_context(out.aux, positions, draft)
+            draft.truncate(lengths)
+        for i, req in enumerate(reqs):
+            self._start(req, first + i, out.logits[i:i + 1, -1])
 
     def _maybe_finish(self, req: Running) -> None:
         if req.tokens and req.tokens[-1] in req.stops:
@@ -345,8 +420,9 @@ def run_requests(batch: BatchEngine, requests: list[Running], on_done=None) -> i
             batch.remove(req)
             if on_done is not None:
                 on_done(req)
-        while waiting and batch.free_rows:
-            batch.add(waiting.pop())
+        joining = [waiting.pop() for _ in range(min(len(waiting), batch.free_rows))]
+        for req, err in batch.add_many(joining):
+            raise err
         if any(r.finish_reason is None for r in batch.running):
             batch.step()
             steps += 1

@@ -118,10 +118,13 @@ class PendingRows:
 class GDNState:
     """One Gated-DeltaNet layer's state: conv window [B, C, K-1] and recurrent state [B, HV, Dk, Dv] fp32.
 
-    A :meth:`with_tree` view runs a tree's paths as sequences from this (one-row) state.
+    A :meth:`with_tree` view runs a tree's paths as sequences from this (one-row) state; a
+    :meth:`with_lengths` view runs right-padded rows (a batched prefill).
     """
 
     tree = None  # the TreeLayout a tree view runs
+    lengths = None  # [B]: a padded view's real rows per sequence; the rows after them are padding
+    snapshot_kernel = "per-token"  # how a verify keeps its per-token states (recipe gdn_snapshot)
 
     def __init__(self, num_rows: int, conv_dim: int, conv_kernel: int, num_v_heads: int,
                  k_head_dim: int, v_head_dim: int, dtype: torch.dtype, device, rollback: str):
@@ -149,6 +152,7 @@ class GDNState:
     def rows(self, index: slice) -> "GDNState":
         view = object.__new__(GDNState)
         view.rollback, view.pending = self.rollback, None
+        view.snapshot_kernel = self.snapshot_kernel
         view.conv, view.recurrent = self.conv[index], self.recurrent[index]
         view.snapshots = self.snapshots[index] if self.snapshots is not None else None
         view.windows = self.windows[index] if self.windows is not None else None
@@ -170,6 +174,14 @@ class GDNState:
                 or buffer.shape[0] != num_seqs or buffer.shape[-1] != self.conv.shape[-1] + num_tokens):
             return None
         return buffer
+
+    def with_lengths(self, lengths: torch.Tensor) -> "GDNState":
+        """A view (shared state) for a forward over right-padded rows: sequence b's rows from
+        ``lengths[b]`` on leave its state exactly as it was (log decay 0, beta 0: ``S * exp(0) +
+        k * 0``), and its conv state ends at its last real row."""
+        view = self.rows(slice(None))
+        view.lengths = lengths
+        return view
 
     def with_tree(self, tree) -> "GDNState":
         """A view (shared state) that runs ``tree``'s paths; its pending rows are per path."""
@@ -316,13 +328,15 @@ class ModelCache:
                      out=self.conv)
         return True
 
-    def reserve_snapshots(self, num_steps: int) -> "ModelCache":
+    def reserve_snapshots(self, num_steps: int, kernel: str = "per-token") -> "ModelCache":
         """Reserve the Gated-DeltaNet layers' per-row states and conv windows for ``num_steps``-row
         verifies (snapshot rollback), as layer-stacked tensors whose views each layer's forward
-        writes into (:meth:`GDNState.snapshot_buffer`, :meth:`GDNState.window_buffer`); a no-op
-        for other rollbacks."""
+        writes into (:meth:`GDNState.snapshot_buffer`, :meth:`GDNState.window_buffer`), with
+        ``kernel`` (the recipe's ``gdn_snapshot``) writing them; a no-op for other rollbacks."""
         if not self._gdn or self._gdn[0].rollback != "snapshot":
             return self
+        for layer in self._gdn:
+            layer.snapshot_kernel = kernel
         if self.recurrent is None or self.conv is None:  # layers of different shapes: one each
             for layer in self._gdn:
                 layer.reserve_snapshots(num_steps)
@@ -339,6 +353,24 @@ class ModelCache:
             for layer, steps, window in zip(self._gdn, self.snapshots, self.windows):
                 layer.snapshots, layer.windows = steps, window
         return self
+
+    def padded(self, lengths: torch.Tensor) -> "ModelCache":
+        """Views (shared storage) for one forward over right-padded rows, ``lengths`` [B] real rows
+        each (:meth:`GDNState.with_lengths`); attention layers write the padding rows too, and
+        :meth:`truncate` then drops them. The caller keeps the padded width within every ring
+        layer's capacity (a padding row must not overwrite a real one)."""
+        return ModelCache([c.with_lengths(lengths) if isinstance(c, GDNState) else c
+                           for c in self.layers], self._stacks())
+
+    def truncate(self, lengths: torch.Tensor) -> None:
+        """Forget every attention slot at a position >= ``lengths`` [B] (padding rows)."""
+        for layer in self.layers:
+            if isinstance(layer, KVCache):
+                layer.truncate(lengths)
+
+    def min_capacity(self) -> int | None:
+        """The fewest slots of any attention layer (None: no attention layers)."""
+        return min((c.capacity for c in self.layers if isinstance(c, KVCache)), default=None)
 
     def tree_view(self, tree) -> "ModelCache":
         """Views of every layer (shared storage) for one forward over ``tree``'s nodes."""

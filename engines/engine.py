@@ -157,7 +157,8 @@ class Engine:
     def _new_state(self, capacity: int):
         cache = self.target.new_cache(1, capacity, self.recipe.gdn_rollback)
         if self.drafter is not None and not self.recipe.tree_verify:
-            cache.reserve_snapshots(self.block_size)  # the verify's per-row states, kept in place
+            # the verify's per-row states, kept in place
+            cache.reserve_snapshots(self.block_size, self.recipe.gdn_snapshot)
         draft_cache = self.drafter.new_cache(1, capacity) if self.drafter is not None else None
         return cache, draft_cache
 

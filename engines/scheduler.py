@@ -117,17 +117,27 @@ class Scheduler:
         self._emit(req, [], finished=True, error=error)
 
     def _admit(self) -> None:
-        while self.batch.free_rows and self._waiting:
+        """Every queued request that has a free row joins (prefilled together when the recipe
+        batches prefills); one that fails is dropped with its error, the others go on."""
+        joining = []
+        while self.batch.free_rows > len(joining) and self._waiting:
             with self._lock:
                 req = self._waiting.popleft()
                 cancelled = req.request_id in self._cancelled
             if cancelled:
                 self._drop(req)
-                continue
-            try:
-                self.batch.add(req)
-            except Exception as err:  # noqa: BLE001 - one request failed; the server goes on
-                self._drop(req, f"prefill failed: {err}")
+            else:
+                joining.append(req)
+        if not joining:
+            return
+        try:
+            failed = dict((id(req), err) for req, err in self.batch.add_many(joining))
+        except Exception as err:  # noqa: BLE001 - the whole admission failed; the server goes on
+            running = {id(r) for r in self.batch.running}
+            failed = {id(req): err for req in joining if id(req) not in running}
+        for req in joining:
+            if id(req) in failed:
+                self._drop(req, f"prefill failed: {failed[id(req)]}")
                 continue
             self.stats.tokens_total += len(req.tokens)
             self._emit(req, req.tokens)

@@ -10,6 +10,8 @@ requests decoded together at the level's tau) goes to $OUT/batched-<setting>.jso
 report`` renders it.
 
     python3 experiments/h200_batched.py [--settings S1,S2] [--levels 1,16,32] [--b stock]
+        (engine names: ar, stock, a setting recipe, any of them +MECHANISM from the search
+        catalog, e.g. --a ar+batched-prefill --b stock+batched-prefill+gdn-fused-snapshot)
         [--acceptance profile:proxy-h200-dflash2#gsm8k] [--repeats 3] [--max-new-tokens 64]
 """
 

@@ -1,5 +1,6 @@
-"""Engine names the CLI accepts: recipes (``ar``, ``stock``, a setting's ``recipes/<name>.json``) and,
-for ``validate`` only, the deliberately broken engines."""
+"""Engine names the CLI accepts: recipes (``ar``, ``stock``, a setting's ``recipes/<name>.json``),
+any of them with catalog mechanisms added (``stock+batched-prefill``), and, for ``validate`` only,
+the deliberately broken engines."""
 
 from specpilot.errors import SpecPilotError
 from specpilot.recipe import AR
@@ -12,7 +13,11 @@ BUILTIN = {"ar": AR, "stock": STOCK}
 
 def recipe_for(setting: Setting, name: str) -> Recipe:
     """``ar``/``stock``, or ``settings/<setting>/recipes/<name>.json``; ``final`` falls back to the
-    champion the last campaign wrote into the default campaign store (``specpilot search``)."""
+    champion the last campaign wrote into the default campaign store (``specpilot search``).
+    ``BASE+MECH[+MECH..]``: recipe BASE with the named mechanisms' deltas from the search catalog
+    (``search/catalog.toml``) applied in order."""
+    if "+" in name:
+        return _with_mechanisms(setting, name)
     if name in BUILTIN:
         return BUILTIN[name]
     path = setting.directory / "recipes" / f"{name}.json"
@@ -27,6 +32,20 @@ def recipe_for(setting: Setting, name: str) -> Recipe:
     known = sorted(set(BUILTIN) | {p.stem for p in (setting.directory / "recipes").glob("*.json")})
     hint = " (the search campaign writes 'final')" if name == "final" else ""
     raise SpecPilotError(f"setting {setting.name} has no engine {name!r}{hint}; known: {known}")
+
+
+def _with_mechanisms(setting: Setting, name: str) -> Recipe:
+    from specpilot.search.catalog import load_catalog
+
+    base, *extras = name.split("+")
+    catalog = {m.name: m for m in load_catalog() if not m.canary and m.fault is None}
+    recipe = recipe_for(setting, base)
+    for extra in extras:
+        if extra not in catalog:
+            raise SpecPilotError(f"engine {name!r}: no mechanism {extra!r} in the search catalog; "
+                                 f"known: {sorted(catalog)}")
+        recipe = recipe.replace(**catalog[extra].delta)
+    return recipe.replace(name=name)
 
 
 def build_engine(models, name: str):

@@ -18,6 +18,7 @@ _CHOICES = {
     "draft_sampling": ("greedy", "sample"),
     "gemm": ("torch", "triton"),
     "verify_budget": ("static", "sps"),
+    "gdn_snapshot": ("per-token", "fused"),
 }
 W12_GROUPS = ("target", "drafter", "lm_head")
 MAX_TREE_NODES = 256  # verify rows of one tree step; also a ring KV's rows per forward (Muse: 256)
@@ -35,6 +36,10 @@ class Recipe:
     """Verify window incl. the anchor; None = the drafter checkpoint's (DFlash 16, DFlash2 8)."""
     gdn_rollback: Literal["snapshot", "replay"] = "snapshot"
     """How Gated-DeltaNet state returns to the last accepted token (DESIGN.md §3.2)."""
+    gdn_snapshot: Literal["per-token", "fused"] = "per-token"
+    """Snapshot rollback's verify on a GPU: fla-core's recurrent kernel once per token plus a stack
+    of the T states, or one Triton launch that writes each token's state into the reserved buffer
+    (``kernels/gated_delta_rule/steps.py``: one state read and T writes)."""
     draft_sampling: Literal["greedy", "sample"] = "greedy"
     """At T > 0: greedy point-mass drafts (SGLang) or drafts sampled from the drafter (z-lab)."""
     cuda_graphs: bool = True
@@ -58,6 +63,10 @@ class Recipe:
     tree_positions: int = 0
     """How many draft positions branch: the drafter's least confident ones (smallest probability of
     its own draft). 0 = no tree; set together with ``tree_branches``."""
+    batched_prefill: bool = False
+    """Batch scenarios: the requests that join at one step are prefilled in one target forward,
+    right-padded to the longest prompt (Gated-DeltaNet rows past a prompt's end leave its state
+    exactly as it was, attention rows past it are dropped), instead of one forward each."""
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
@@ -79,6 +88,9 @@ class Recipe:
         if "drafter" in self.w12 and not self.speculative:
             raise SpecPilotError(f"recipe {self.name!r}: w12 'drafter' needs a speculative recipe "
                                  "(autoregressive decoding runs no drafter)")
+        if type(self.batched_prefill) is not bool:
+            raise SpecPilotError(f"recipe {self.name!r}: batched_prefill must be true or false, "
+                                 f"got {self.batched_prefill!r}")
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")
@@ -151,6 +163,10 @@ class Recipe:
         if not self.tree_verify:  # ... and so do those that predate tree verification
             for field in ("tree_branches", "tree_positions", "tree_max_nodes"):
                 del data[field]
+        if not data["batched_prefill"]:  # ... and those that predate batched prefill
+            del data["batched_prefill"]
+        if data["gdn_snapshot"] == "per-token":  # ... or the fused snapshot kernel
+            del data["gdn_snapshot"]
         return stable_hash(data)
 
     def replace(self, **changes) -> "Recipe":

@@ -132,10 +132,21 @@ class Qwen3_5GatedDeltaNet(Fusable):
         k = k.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
         v = v.reshape(num_seqs, num_tokens, -1, self.head_v_dim)
         beta, g = self.op(gdn_gates)(a, b, self.A_log, self.dt_bias)
+        padding = None
+        if state.lengths is not None:  # right-padded rows leave the state as it is
+            padding = (torch.arange(num_tokens, device=g.device)[None]
+                       >= state.lengths[:, None])[..., None]  # [S, T, 1]
+            g, beta = g.masked_fill(padding, 0.0), beta.masked_fill(padding, 0.0)
         keep_steps = not commit_all and state.rollback == "snapshot"
         buffer = state.snapshot_buffer(num_seqs, num_tokens) if keep_steps else None
-        out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer)
-        if commit_all:
+        out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer,
+                                             state.snapshot_kernel)
+        if commit_all and padding is not None:  # the conv state after each sequence's real rows
+            offsets = torch.arange(state.conv.shape[-1], device=window.device)
+            index = (state.lengths[:, None, None] + offsets).expand(*window.shape[:2], -1)
+            state.conv.copy_(window.gather(2, index))
+            state.recurrent.copy_(final)
+        elif commit_all:
             state.conv.copy_(window[:, :, window.shape[-1] - state.conv.shape[-1]:])
             state.recurrent.copy_(final)
         else:

@@ -57,13 +57,15 @@ class TargetModel(nn.Module, RotaryBuffers, abc.ABC):
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: ModelCache,
                 commit_all: bool = True, capture: tuple[int, ...] = (),
-                last_only: bool = False) -> TargetOutput:
+                last_only: bool = False, last_index: torch.Tensor | None = None) -> TargetOutput:
         """Run T new tokens per request through the stack, updating ``cache``.
 
         Args:
             input_ids, positions: [B, T]. ``commit_all``: keep every row (prefill, AR); otherwise rows
                 stay pending until ``cache.commit``. ``capture``: layer ids whose outputs (HF
                 ``hidden_states[i + 1]``) are concatenated into ``aux`` in that order.
+            last_only: logits of the last row only. ``last_index`` [B]: of row ``last_index[b]``
+                of request b only (right-padded prompts); logits are then [B, 1, V].
         """
         hidden = self.embed(input_ids)
         cos, sin = rope_cos_sin(self.inv_freq, positions, hidden.dtype)
@@ -73,7 +75,9 @@ class TargetModel(nn.Module, RotaryBuffers, abc.ABC):
             if i in capture:
                 captured[i] = hidden
         aux = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
-        if last_only:
+        if last_index is not None:
+            hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_index][:, None]
+        elif last_only:
             hidden = hidden[:, -1:]
         return TargetOutput(self.compute_logits(self.model.norm(hidden)), aux)
 

@@ -4,6 +4,7 @@ import functools
 
 import torch
 
+from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.gated_delta_rule.chunked import gated_delta_rule_chunked
 from specpilot.kernels.gated_delta_rule.reference import gated_delta_rule_ref
 
@@ -51,10 +52,12 @@ def _needs_grad(*tensors) -> bool:
 
 
 def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False,
-                     steps_out: torch.Tensor | None = None):
+                     steps_out: torch.Tensor | None = None, steps_kernel: str = "per-token"):
     """Same contract as :func:`gated_delta_rule_ref`; runs fla's Triton kernels on CUDA tensors.
     With ``keep_steps``, ``steps_out`` [B, T, HV, Dk, Dv] (fp32) receives the per-row states and is
-    returned as them (a buffer the caller keeps across forwards).
+    returned as them (a buffer the caller keeps across forwards). ``steps_kernel="fused"`` keeps
+    them with this project's one-launch kernel (:mod:`.steps`) instead of fla's kernel once per
+    token (on CUDA, or on CPU under the Triton interpreter).
 
     Training (inputs that need a gradient) on CUDA runs the chunked torch form
     (:func:`gated_delta_rule_chunked`): fla-core 0.6 refuses its chunked backward on Hopper with
@@ -65,6 +68,10 @@ def gated_delta_rule(q, k, v, g, beta, initial_state, keep_steps: bool = False,
             out, state = gated_delta_rule_chunked(q, k, v, g, beta, initial_state)
             return out, state, None
         return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
+    if keep_steps and steps_kernel == "fused" and (q.is_cuda or interpreting()):
+        from specpilot.kernels.gated_delta_rule.steps import gated_delta_rule_steps
+
+        return gated_delta_rule_steps(q, k, v, g, beta, initial_state, steps_out)
     if q.is_cuda and have_fla():
         return _fla(q, k, v, g, beta, initial_state, keep_steps, steps_out)
     out, state, steps = gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)

@@ -13,7 +13,10 @@ from specpilot.costmodel.phases import bandwidth_efficiency
 from specpilot.costmodel.phases import engine_costs
 from specpilot.costmodel.phases import gap_table
 from specpilot.costmodel.phases import predicted_ms
+from specpilot.costmodel.phases import prefill_ms
+from specpilot.costmodel.phases import snapshot_traffic_ms
 from specpilot.costmodel.phases import speedup_bound
 
 __all__ = ["GPUS", "Gpu", "PhaseCost", "bandwidth_efficiency", "engine_costs", "gap_table",
-           "kernel_counts", "measure_fixed_ms", "measure_launch_us", "predicted_ms", "speedup_bound"]
+           "kernel_counts", "measure_fixed_ms", "measure_launch_us", "predicted_ms", "prefill_ms",
+           "snapshot_traffic_ms", "speedup_bound"]

@@ -170,7 +170,11 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
     fla = types.ModuleType("fla.ops.gated_delta_rule")
     fla.fused_recurrent_gated_delta_rule, fla.chunk_gated_delta_rule = fused_recurrent, chunked
 
-    def fla_path(q, k, v, g, beta, initial_state, keep_steps=False, steps_out=None):
+    def fla_path(q, k, v, g, beta, initial_state, keep_steps=False, steps_out=None,
+                 steps_kernel="per-token"):
+        if keep_steps and steps_kernel == "fused":  # kernels/gated_delta_rule/steps.py: one launch
+            with counter.opaque(1):
+                return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
         return dispatch._fla(q, k, v, g, beta, initial_state, keep_steps, steps_out)
 
     def compiled(fn):

@@ -229,3 +229,51 @@ def gap_table(costs: dict[str, PhaseCost], measured_ms: dict[str, float]) -> lis
              "excess_ms": measured_ms[p] - costs[p].floor_ms}
             for p in measured_ms if p in costs]
     return sorted(rows, key=lambda r: -r["excess_ms"])
+
+
+def prefill_ms(target_config: dict, drafter_config: dict | None, gpu: Gpu, num_requests: int,
+               prompt_tokens: int, batched: bool, fixed_ms: float = 0.0) -> float:
+    """Floor of prefilling ``num_requests`` prompts of ``prompt_tokens`` tokens that join a batch
+    at one step (the ``batched_prefill`` mechanism's term): one forward each reads every target
+    (and drafter context) weight once per request; one padded forward for all reads them once.
+    FLOPs and per-token bytes are the same either way, so on floors alone batching pays while the
+    prefill is weight-bound (few requests, short prompts). ``fixed_ms``: a prefill forward's
+    fixed cost (launches, host work of an eager forward), paid once per forward: that part
+    batching divides by ``num_requests`` whatever the prompt length."""
+    target = _meta_model(target_config)
+    w_bytes, _ = _linear_bytes_flops(target, 0)
+    row_bytes, row_flops = _linear_bytes_flops(target, 1)
+    row_bytes -= w_bytes
+    if drafter_config is not None:
+        drafter = _meta_model(drafter_config)
+        c_w, _ = _linear_bytes_flops(drafter, 0, _is_context_linear)
+        c_row_bytes, c_row_flops = _linear_bytes_flops(drafter, 1, _is_context_linear)
+        w_bytes, row_bytes, row_flops = w_bytes + c_w, row_bytes + c_row_bytes - c_w, \
+            row_flops + c_row_flops
+    tokens = prompt_tokens * num_requests
+    if batched:
+        return gpu.time_ms(w_bytes + tokens * row_bytes, tokens * row_flops) + fixed_ms
+    return num_requests * (gpu.time_ms(w_bytes + prompt_tokens * row_bytes,
+                                       prompt_tokens * row_flops) + fixed_ms)
+
+
+SNAPSHOT_STATE_MOVES = {
+    # per verify of B rows, in states of one Gated-DeltaNet layer and request: fla's kernel once
+    # per token reads and writes a state each time (2 B), then a stack reads and writes the B
+    # temporaries into the kept buffer (2 B); the fused kernel reads the state once, writes B
+    "per-token": lambda rows: 4 * rows,
+    "fused": lambda rows: rows + 1,
+}
+
+
+def snapshot_traffic_ms(target_config: dict, gpu: Gpu, num_requests: int, rows: int,
+                        kernel: str) -> float:
+    """Time the snapshot verify's recurrent-state traffic takes at the read ceiling with
+    ``kernel`` (the recipe's ``gdn_snapshot``): the ``gdn-fused-snapshot`` mechanism's term is
+    the difference between the two kernels."""
+    target = _meta_model(target_config)
+    with torch.device("meta"):
+        layers = target.new_cache(1, 1, "snapshot").layers
+    state = sum(layer.recurrent.numel() * 4 for layer in layers if isinstance(layer, GDNState))
+    moves = SNAPSHOT_STATE_MOVES[kernel](rows)
+    return gpu.time_ms(num_requests * moves * state, 0.0)

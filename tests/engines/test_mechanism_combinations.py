@@ -1,6 +1,6 @@
 """Mechanisms combined stay lossless: greedy output equals greedy AR, token for token, for recipes
-that stack rollback, verify width, the adaptive verify budget and tree verification, one request
-and batched, on the trained tiny hybrid pair (real, mixed acceptance) and the Muse pair."""
+that stack rollback, the snapshot kernel, verify width, the adaptive verify budget, tree
+verification and batched prefill, one request and batched, on the trained tiny hybrid pair (real, mixed acceptance) and the Muse pair."""
 
 import pytest
 
@@ -25,10 +25,14 @@ SINGLE = {
                      "gdn_rollback": "replay"},
     "tree, 6 rows": {"tree_branches": 3, "tree_positions": 1, "tree_max_nodes": 12,
                      "block_size": 6},
+    # the one-launch snapshot kernel (Triton, interpreted on CPU in tests)
+    "fused snapshot, sps budget": {"gdn_snapshot": "fused", "verify_budget": "sps",
+                                   "sps_table": SPS},
 }
 BATCHED = {
     "replay, 4 rows": {"gdn_rollback": "replay", "block_size": 4},
     "snapshot, 3 rows": {"block_size": 3},
+    "fused snapshot, batched prefill": {"gdn_snapshot": "fused", "batched_prefill": True},
 }
 
 
