@@ -274,10 +274,11 @@ class ModelCache:
     def __init__(self, layers: list, stacks: dict | None = None):
         self.layers = layers
         self._gdn = [layer for layer in layers if isinstance(layer, GDNState)]
+        top_level = stacks is None  # views pass their parent's stacks (maybe none) instead
         stacks = stacks or {}
         self.recurrent, self.conv = stacks.get("recurrent"), stacks.get("conv")
         self.snapshots, self.windows = stacks.get("snapshots"), stacks.get("windows")
-        if not stacks and self._gdn:
+        if top_level and self._gdn:
             self.recurrent = _stack_in_place(self._gdn, "recurrent")
             self.conv = _stack_in_place(self._gdn, "conv")
 

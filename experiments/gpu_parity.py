@@ -4,8 +4,9 @@ bucket, and the single-request engine's graphs, against greedy AR one request at
 The tiny CPU settings run with their engine moved to ``cuda`` (float32 by default, so that a
 batch-size dependent GEMM rounding cannot flip a near-tie). For each, 8 concurrent requests with
 ragged prompts, lengths and stop tokens go through a ``BatchEngine`` (graphs captured at
-construction, padded buckets) for AR, stock, and stock with replay rollback, and one request at a
-time through the captured stock engine. Every output must equal the request's greedy AR output
+construction, padded buckets) for AR, stock, stock with replay rollback, AR with batched prefill
+and stock with batched prefill and the fused snapshot kernel, and one request at a time through the
+captured stock engine (per-token and fused snapshot kernels). Every output must equal the request's greedy AR output
 alone, token for token.
 Writes ``$OUT/gpu-parity.json``; exits 1 on any mismatch.
 
@@ -60,8 +61,16 @@ def check(setting) -> dict:
     out["single_stock"] = {"graphs": stock.use_graphs,
                            "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
                            "tau": _tau([n for s in single for n in s.accept_lengths])}
+    fused = STOCK.replace(gdn_snapshot="fused")
+    single = [models.engine(fused).generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
+              for p, n in zip(prompts, lengths)]
+    out["single_stock_fused_snapshot"] = {
+        "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
+        "tau": _tau([n for s in single for n in s.accept_lengths])}
     for label, recipe in (("batched_ar", AR), ("batched_stock", STOCK),
-                          ("batched_stock_replay", STOCK.replace(gdn_rollback="replay"))):
+                          ("batched_stock_replay", STOCK.replace(gdn_rollback="replay")),
+                          ("batched_ar_prefill", AR.replace(batched_prefill=True)),
+                          ("batched_stock_fused_prefill", fused.replace(batched_prefill=True))):
         started = time.perf_counter()
         batch = BatchEngine(models.engine(recipe), NUM_REQUESTS)
         capture_s = time.perf_counter() - started

@@ -46,24 +46,28 @@ def _steps_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, h0_ptr, o_ptr, steps_ptr
     hv_mask = k_mask[:, None] & v_mask[None, :]
     tile = offs_k[:, None] * V + offs_v[None, :]  # a state's [K, V] is contiguous
     h = tl.load(h0_ptr + b * s_h0b + hv * s_h0h + tile, mask=hv_mask, other=0.0).to(tl.float32)
-    for t in range(T):
-        q = tl.load(q_ptr + b * s_qb + t * s_qt + hk * s_qh + offs_k, mask=k_mask,
-                    other=0.0).to(tl.float32)
-        k = tl.load(k_ptr + b * s_kb + t * s_kt + hk * s_kh + offs_k, mask=k_mask,
-                    other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + b * s_vb + t * s_vt + hv * s_vh + offs_v, mask=v_mask,
-                    other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + b * s_gb + t * s_gt + hv).to(tl.float32)
-        beta = tl.load(beta_ptr + b * s_gb + t * s_gt + hv).to(tl.float32)
+    # per-token pointers advance by their stride each step (64-bit pointer arithmetic: t x the
+    # steps' row stride would pass 2**31 in int32 for long windows)
+    q_at, k_at = q_ptr + b * s_qb + hk * s_qh, k_ptr + b * s_kb + hk * s_kh
+    v_at, o_at = v_ptr + b * s_vb + hv * s_vh, o_ptr + b * s_ob + hv * s_oh
+    g_at, beta_at = g_ptr + b * s_gb + hv, beta_ptr + b * s_gb + hv
+    steps_at = steps_ptr + b * s_sb + hv * s_sh
+    for _ in range(T):
+        q = tl.load(q_at + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        k = tl.load(k_at + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        v = tl.load(v_at + offs_v, mask=v_mask, other=0.0).to(tl.float32)
+        g = tl.load(g_at).to(tl.float32)
+        beta = tl.load(beta_at).to(tl.float32)
         q = q / tl.sqrt(tl.sum(q * q) + EPS) * scale
         k = k / tl.sqrt(tl.sum(k * k) + EPS)
         h = h * tl.exp(g)
         delta = (v - tl.sum(h * k[:, None], axis=0)) * beta  # [BLOCK_V]
         h = h + k[:, None] * delta[None, :]
         o = tl.sum(h * q[:, None], axis=0)
-        tl.store(o_ptr + b * s_ob + t * s_ot + hv * s_oh + offs_v,
-                 o.to(o_ptr.dtype.element_ty), mask=v_mask)
-        tl.store(steps_ptr + b * s_sb + t * s_st + hv * s_sh + tile, h, mask=hv_mask)
+        tl.store(o_at + offs_v, o.to(o_ptr.dtype.element_ty), mask=v_mask)
+        tl.store(steps_at + tile, h, mask=hv_mask)
+        q_at, k_at, v_at, o_at = q_at + s_qt, k_at + s_kt, v_at + s_vt, o_at + s_ot
+        g_at, beta_at, steps_at = g_at + s_gt, beta_at + s_gt, steps_at + s_st
 
 
 def gated_delta_rule_steps(q, k, v, g, beta, initial_state, steps_out=None,
@@ -76,8 +80,9 @@ def gated_delta_rule_steps(q, k, v, g, beta, initial_state, steps_out=None,
     """
     batch, num_tokens, num_k_heads, dk = q.shape
     num_v_heads, dv = v.shape[2], v.shape[3]
-    if num_v_heads % num_k_heads or k.shape != q.shape or initial_state.shape != (
-            batch, num_v_heads, dk, dv):
+    if (num_v_heads % num_k_heads or k.shape != q.shape or v.shape[:2] != q.shape[:2]
+            or g.shape != (batch, num_tokens, num_v_heads) or beta.shape != g.shape
+            or initial_state.shape != (batch, num_v_heads, dk, dv)):
         raise ValueError(f"gated_delta_rule_steps: q {tuple(q.shape)}, k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}, state {tuple(initial_state.shape)} do not match")
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))

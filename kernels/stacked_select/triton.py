@@ -38,7 +38,7 @@ def select_rows_triton(src: torch.Tensor, index: torch.Tensor, out: torch.Tensor
     num_layers, num_rows = out.shape[:2]
     row_numel = out[0, 0].numel()
     if (src.shape[0] != num_layers or src.shape[2:] != out.shape[2:] or index.shape != (num_rows,)
-            or src.dtype != out.dtype):
+            or src.dtype != out.dtype or index.stride(0) != 1):
         raise ValueError(f"select_rows: src {tuple(src.shape)} {src.dtype}, index "
                          f"{tuple(index.shape)}, out {tuple(out.shape)} {out.dtype} do not match")
     grid = (num_layers * num_rows, cdiv(row_numel, block))
