@@ -111,8 +111,10 @@ def test_recipe_hash_covers_w12():
     assert (STOCK.replace(w12=("lm_head", "target")).hash()
             == STOCK.replace(w12=("target", "lm_head")).hash())
     # recipes without W12 keep the hash they had before the field existed (and before the tree
-    # verification fields, which likewise stay out of the hash of recipes without a tree)
-    new_fields = ("name", "w12", "tree_branches", "tree_positions", "tree_max_nodes")
+    # verification, batched prefill and snapshot kernel fields, which likewise stay out of the
+    # hash of recipes that leave them at their defaults)
+    new_fields = ("name", "w12", "tree_branches", "tree_positions", "tree_max_nodes",
+                  "batched_prefill", "gdn_snapshot")
     old = {k: v for k, v in STOCK.to_dict().items() if k not in new_fields}
     assert STOCK.hash() == stable_hash(old)
 
