@@ -441,13 +441,10 @@ def release_memory(device: torch.device) -> None:
 
 def _out_of_memory(engine: Engine, max_batch: int, err: Exception) -> str:
     """Why a batch of ``max_batch`` rows does not fit, and what to change."""
-    from specpilot.engines.cache import GDNState
-
     recipe = engine.recipe
-    with torch.device("meta"):
-        layers = engine.target.new_cache(1, 1, recipe.gdn_rollback).layers
-    state = sum(layer.recurrent.numel() * layer.recurrent.element_size()
-                for layer in layers if isinstance(layer, GDNState))
+    with torch.device("meta"):  # one request's Gated-DeltaNet states, all layers (stacked)
+        stacked = engine.target.new_cache(1, 1, recipe.gdn_rollback).recurrent
+    state = 0 if stacked is None else stacked.numel() * stacked.element_size()
     rows = engine.block_size if recipe.gdn_rollback == "snapshot" and engine.drafter else 1
     hint = (f"; its snapshot rollback keeps {rows} recurrent states per row in every verify "
             f"({rows * state * max_batch / 2**30:.1f} GiB at {max_batch} rows): "

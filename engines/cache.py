@@ -138,17 +138,6 @@ class GDNState:
         self.snapshots: torch.Tensor | None = None  # [B, T, HV, Dk, Dv] once reserved
         self.windows: torch.Tensor | None = None  # [B, C, K-1+T] once reserved (a cache's stack)
 
-    def reserve_snapshots(self, num_steps: int) -> None:
-        """Keep the per-row states of a ``num_steps``-row verify (snapshot rollback) in one buffer
-        owned by this state: every forward of that width writes its snapshots there, so forwards
-        of several batch sizes (the CUDA graph of each bucket) share it instead of each holding
-        its own."""
-        if self.rollback == "snapshot" and (self.snapshots is None or
-                                            self.snapshots.shape[1] != num_steps):
-            self.snapshots = torch.empty(self.recurrent.shape[0], num_steps,
-                                         *self.recurrent.shape[1:], dtype=torch.float32,
-                                         device=self.recurrent.device)
-
     def rows(self, index: slice) -> "GDNState":
         view = object.__new__(GDNState)
         view.rollback, view.pending = self.rollback, None
@@ -232,18 +221,13 @@ class CommitIndex:
         return self._built[key]
 
     def conv_window(self, window: torch.Tensor, kernel_minus_1: int) -> torch.Tensor:
-        """[B, C, K-1]: where the conv state after the kept rows sits in ``window`` [B, C, K-1+T]."""
+        """[..., B, C, K-1]: where the conv state after the kept rows sits in ``window``
+        [..., B, C, K-1+T] (one layer's, or a layer-stacked [L, B, C, K-1+T])."""
         def build():
             offsets = torch.arange(kernel_minus_1, device=window.device)
-            return (self.num_rows[:, None, None] + offsets).expand(*window.shape[:2], -1)
-        return self._get(("conv", tuple(window.shape[:2]), kernel_minus_1), build)
-
-    def stacked_conv_window(self, windows: torch.Tensor, kernel_minus_1: int) -> torch.Tensor:
-        """[L, B, C, K-1]: :meth:`conv_window` for a layer-stacked ``windows`` [L, B, C, K-1+T]."""
-        def build():
-            offsets = torch.arange(kernel_minus_1, device=windows.device)
-            return (self.num_rows[:, None, None] + offsets).expand(*windows.shape[:3], -1)
-        return self._get(("stacked conv", tuple(windows.shape[:3]), kernel_minus_1), build)
+            return (self.num_rows[:, None, None] + offsets).expand(*window.shape[:-1],
+                                                                     kernel_minus_1)
+        return self._get(("conv", tuple(window.shape[:-1]), kernel_minus_1), build)
 
     def last_step(self, num_steps: int) -> torch.Tensor:
         """[B]: row b's last kept step in per-step snapshots flattened to [B * T, ...]."""
@@ -324,8 +308,7 @@ class ModelCache:
                 return False
         select_rows(self.snapshots.flatten(1, 2), index.last_step(self.snapshots.shape[2]),
                     out=self.recurrent)
-        kernel_minus_1 = self.conv.shape[-1]
-        torch.gather(self.windows, 3, index.stacked_conv_window(self.windows, kernel_minus_1),
+        torch.gather(self.windows, 3, index.conv_window(self.windows, self.conv.shape[-1]),
                      out=self.conv)
         return True
 
@@ -338,10 +321,8 @@ class ModelCache:
             return self
         for layer in self._gdn:
             layer.snapshot_kernel = kernel
-        if self.recurrent is None or self.conv is None:  # layers of different shapes: one each
-            for layer in self._gdn:
-                layer.reserve_snapshots(num_steps)
-            return self
+        if self.recurrent is None or self.conv is None:  # layers of different shapes: not stacked,
+            return self  # so nothing reserved (each forward allocates its own)
         if self.snapshots is None or self.snapshots.shape[2] != num_steps:
             for layer in self._gdn:
                 layer.snapshots = layer.windows = None

@@ -131,7 +131,7 @@ class Scheduler:
         if not joining:
             return
         try:
-            failed = dict((id(req), err) for req, err in self.batch.add_many(joining))
+            failed = {id(req): err for req, err in self.batch.add_many(joining)}
         except Exception as err:  # noqa: BLE001 - the whole admission failed; the server goes on
             running = {id(r) for r in self.batch.running}
             failed = {id(req): err for req in joining if id(req) not in running}

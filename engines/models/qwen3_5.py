@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specpilot.engines.cache import CommitIndex
 from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
@@ -141,13 +142,13 @@ class Qwen3_5GatedDeltaNet(Fusable):
         buffer = state.snapshot_buffer(num_seqs, num_tokens) if keep_steps else None
         out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer,
                                              state.snapshot_kernel)
-        if commit_all and padding is not None:  # the conv state after each sequence's real rows
-            offsets = torch.arange(state.conv.shape[-1], device=window.device)
-            index = (state.lengths[:, None, None] + offsets).expand(*window.shape[:2], -1)
-            state.conv.copy_(window.gather(2, index))
-            state.recurrent.copy_(final)
-        elif commit_all:
-            state.conv.copy_(window[:, :, window.shape[-1] - state.conv.shape[-1]:])
+        if commit_all:
+            kernel_minus_1 = state.conv.shape[-1]
+            if padding is None:
+                state.conv.copy_(window[:, :, window.shape[-1] - kernel_minus_1:])
+            else:  # the conv state after each sequence's real rows
+                index = CommitIndex(state.lengths).conv_window(window, kernel_minus_1)
+                state.conv.copy_(window.gather(2, index))
             state.recurrent.copy_(final)
         else:
             state.pending = PendingRows(window, steps, None if keep_steps else (q, k, v, g, beta))

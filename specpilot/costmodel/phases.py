@@ -120,7 +120,8 @@ def verify_cost(target, drafter, gpu: Gpu, num_requests: float, rows: int, conte
                 rollback: str = "snapshot") -> PhaseCost:
     """One target forward of ``rows`` rows for each of ``num_requests`` requests (a fraction is an
     expectation: the weights are read once, everything per request scales), plus the drafter's
-    context injection of those rows. ``target``/``drafter`` are meta models (``_meta_model``)."""
+    context injection of those rows (none without a drafter). ``target``/``drafter`` are meta
+    models (``_meta_model``)."""
     n = num_requests
     if n <= 0 or rows <= 0:
         return PhaseCost("verify", 0.0, 0.0, 0.0)
@@ -129,11 +130,12 @@ def verify_cost(target, drafter, gpu: Gpu, num_requests: float, rows: int, conte
     per_row_bytes -= w_bytes
     emb = target.model.embed_tokens.weight.shape[1] * 2
     reads, writes = _state_bytes(target, context, rows, rollback)
-    c_w, _ = _linear_bytes_flops(drafter, 0, _is_context_linear)
-    c_row_bytes, c_row_flops = _linear_bytes_flops(drafter, 1, _is_context_linear)
-    c_row_bytes -= c_w
-    num_bytes = (w_bytes + c_w + n * rows * (per_row_bytes + emb + c_row_bytes
-                                             + sum(_kv_row_bytes(drafter)))
+    c_w = c_row_bytes = c_row_flops = 0.0
+    if drafter is not None:
+        c_w, _ = _linear_bytes_flops(drafter, 0, _is_context_linear)
+        c_row_bytes, c_row_flops = _linear_bytes_flops(drafter, 1, _is_context_linear)
+        c_row_bytes += sum(_kv_row_bytes(drafter)) - c_w
+    num_bytes = (w_bytes + c_w + n * rows * (per_row_bytes + emb + c_row_bytes)
                  + n * (reads + writes))
     flops = n * rows * (per_row_flops + c_row_flops)
     return PhaseCost("verify", num_bytes, flops, gpu.time_ms(num_bytes, flops))
@@ -239,22 +241,17 @@ def prefill_ms(target_config: dict, drafter_config: dict | None, gpu: Gpu, num_r
     FLOPs and per-token bytes are the same either way, so on floors alone batching pays while the
     prefill is weight-bound (few requests, short prompts). ``fixed_ms``: a prefill forward's
     fixed cost (launches, host work of an eager forward), paid once per forward: that part
-    batching divides by ``num_requests`` whatever the prompt length."""
+    batching divides by ``num_requests`` whatever the prompt length. A prefill forward costs what a
+    verify of ``prompt_tokens`` rows at an empty context does (:func:`verify_cost`; it keeps no
+    per-token states)."""
     target = _meta_model(target_config)
-    w_bytes, _ = _linear_bytes_flops(target, 0)
-    row_bytes, row_flops = _linear_bytes_flops(target, 1)
-    row_bytes -= w_bytes
-    if drafter_config is not None:
-        drafter = _meta_model(drafter_config)
-        c_w, _ = _linear_bytes_flops(drafter, 0, _is_context_linear)
-        c_row_bytes, c_row_flops = _linear_bytes_flops(drafter, 1, _is_context_linear)
-        w_bytes, row_bytes, row_flops = w_bytes + c_w, row_bytes + c_row_bytes - c_w, \
-            row_flops + c_row_flops
-    tokens = prompt_tokens * num_requests
-    if batched:
-        return gpu.time_ms(w_bytes + tokens * row_bytes, tokens * row_flops) + fixed_ms
-    return num_requests * (gpu.time_ms(w_bytes + prompt_tokens * row_bytes,
-                                       prompt_tokens * row_flops) + fixed_ms)
+    drafter = _meta_model(drafter_config) if drafter_config is not None else None
+
+    def forward_ms(requests: int) -> float:
+        return verify_cost(target, drafter, gpu, requests, prompt_tokens, 0, "replay").floor_ms \
+            + fixed_ms
+
+    return forward_ms(num_requests) if batched else num_requests * forward_ms(1)
 
 
 SNAPSHOT_STATE_MOVES = {
@@ -271,9 +268,8 @@ def snapshot_traffic_ms(target_config: dict, gpu: Gpu, num_requests: int, rows: 
     """Time the snapshot verify's recurrent-state traffic takes at the read ceiling with
     ``kernel`` (the recipe's ``gdn_snapshot``): the ``gdn-fused-snapshot`` mechanism's term is
     the difference between the two kernels."""
-    target = _meta_model(target_config)
     with torch.device("meta"):
-        layers = target.new_cache(1, 1, "snapshot").layers
-    state = sum(layer.recurrent.numel() * 4 for layer in layers if isinstance(layer, GDNState))
+        stacked = _meta_model(target_config).new_cache(1, 1, "snapshot").recurrent
+    state = 0 if stacked is None else stacked.numel() * stacked.element_size()
     moves = SNAPSHOT_STATE_MOVES[kernel](rows)
     return gpu.time_ms(num_requests * moves * state, 0.0)
