@@ -60,9 +60,12 @@ class Running:
 class BatchEngine:
     """Steps all running requests together; ``max_batch`` rows of ``max_len`` tokens each."""
 
-    def __init__(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None = None):
+    def __init__(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None = None,
+                 share_scratch: "BatchEngine | None" = None):
         """``pad_to_buckets``: run each step on its bucket's rows (default: when graphs are on;
-        tests turn it on eagerly to check that padding rows change nothing)."""
+        tests turn it on eagerly to check that padding rows change nothing). ``share_scratch``:
+        another batch engine that never steps while this one does (the other side of an
+        interleaved A/B), whose per-step scratch (the snapshot buffers) this one reuses."""
         recipe = engine.recipe
         if recipe.verify_budget != "static" or recipe.draft_sampling != "greedy":
             raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
@@ -73,17 +76,20 @@ class BatchEngine:
                              "now; batched decoding verifies one chain per request")
         self.engine, self.max_batch = engine, max_batch
         try:
-            self._build(engine, max_batch, pad_to_buckets)
+            self._build(engine, max_batch, pad_to_buckets, share_scratch)
         except torch.OutOfMemoryError as err:
             self.__dict__.clear()  # drop what was allocated before re-raising
             raise SpecPilotError(_out_of_memory(engine, max_batch, err)) from err
 
-    def _build(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None) -> None:
+    def _build(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None,
+               share_scratch: "BatchEngine | None" = None) -> None:
         """Caches, step buffers and (on CUDA) the captured graphs of every batch bucket."""
         self.engine, self.max_batch = engine, max_batch
         self.cache = engine.target.new_cache(max_batch, engine.max_len, engine.recipe.gdn_rollback)
         if engine.drafter is not None:  # one snapshot buffer for every bucket's verify
-            self.cache.reserve_snapshots(engine.block_size, engine.recipe.gdn_snapshot)
+            self.cache.reserve_snapshots(
+                engine.block_size, engine.recipe.gdn_snapshot,
+                share_with=share_scratch.cache if share_scratch is not None else None)
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)
                             if engine.drafter is not None else None)
         self.running: list[Running] = []

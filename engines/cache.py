@@ -312,11 +312,17 @@ class ModelCache:
                      out=self.conv)
         return True
 
-    def reserve_snapshots(self, num_steps: int, kernel: str = "per-token") -> "ModelCache":
+    def reserve_snapshots(self, num_steps: int, kernel: str = "per-token",
+                          share_with: "ModelCache | None" = None) -> "ModelCache":
         """Reserve the Gated-DeltaNet layers' per-row states and conv windows for ``num_steps``-row
         verifies (snapshot rollback), as layer-stacked tensors whose views each layer's forward
         writes into (:meth:`GDNState.snapshot_buffer`, :meth:`GDNState.window_buffer`), with
-        ``kernel`` (the recipe's ``gdn_snapshot``) writing them; a no-op for other rollbacks."""
+        ``kernel`` (the recipe's ``gdn_snapshot``) writing them; a no-op for other rollbacks.
+
+        The buffers are scratch: a verify writes them and its commit reads them, within one step.
+        ``share_with``: a cache whose reserved buffers of the same shapes this one reuses instead
+        of allocating its own (two engines that never step at the same time, e.g. the two sides of
+        an interleaved A/B)."""
         if not self._gdn or self._gdn[0].rollback != "snapshot":
             return self
         for layer in self._gdn:
@@ -328,10 +334,14 @@ class ModelCache:
                 layer.snapshots = layer.windows = None
             self.snapshots = self.windows = None  # freed before the new ones are allocated
             r, c = self.recurrent, self.conv
-            self.snapshots = torch.empty(*r.shape[:2], num_steps, *r.shape[2:], dtype=r.dtype,
-                                         device=r.device)
-            self.windows = torch.empty(*c.shape[:3], c.shape[3] + num_steps, dtype=c.dtype,
-                                       device=c.device)
+            shape = (*r.shape[:2], num_steps, *r.shape[2:])
+            window_shape = (*c.shape[:3], c.shape[3] + num_steps)
+            if share_with is not None and _same_layout(share_with.snapshots, shape, r) \
+                    and _same_layout(share_with.windows, window_shape, c):
+                self.snapshots, self.windows = share_with.snapshots, share_with.windows
+            else:
+                self.snapshots = torch.empty(shape, dtype=r.dtype, device=r.device)
+                self.windows = torch.empty(window_shape, dtype=c.dtype, device=c.device)
             for layer, steps, window in zip(self._gdn, self.snapshots, self.windows):
                 layer.snapshots, layer.windows = steps, window
         return self
@@ -410,6 +420,12 @@ def _stack_in_place(states: list[GDNState], name: str) -> torch.Tensor | None:
         view.copy_(getattr(state, name))
         setattr(state, name, view)
     return stack
+
+
+def _same_layout(buffer: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> bool:
+    """``buffer`` exists with ``shape`` and ``like``'s dtype and device."""
+    return (buffer is not None and tuple(buffer.shape) == tuple(shape)
+            and buffer.dtype == like.dtype and buffer.device == like.device)
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:

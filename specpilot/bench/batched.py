@@ -146,7 +146,10 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
     for concurrency in levels:
         # one batched engine per side and level: its caches and CUDA graphs serve every repetition
         try:
-            batches = {side: BatchEngine(engine, concurrency) for side, engine in engines.items()}
+            batches = {}
+            for side, engine in engines.items():  # the sides never step together: one scratch
+                batches[side] = BatchEngine(engine, concurrency,
+                                            share_scratch=next(iter(batches.values()), None))
         except SpecPilotError as err:  # a level that does not fit is a recorded outcome
             release_memory(device)
             log(f"c={concurrency}: not run: {err}")

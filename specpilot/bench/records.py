@@ -54,5 +54,6 @@ def publish(record: dict, results_dir: str | Path | None = None,
 def validation_record(report, setting, engine: str, recipe=None) -> dict:
     """A ``validate`` record from a token-forcing ``Report`` (``specpilot.validation``)."""
     body = report.to_dict()
-    return {**header("validate", setting, engine, recipe), "acceptance": "measured",
+    return {**header("validate", setting, engine, recipe), "dtype": setting.engine.dtype,
+            "acceptance": "measured",
             "passed": body["passed"], "tau": body["tau"], "report": body}

@@ -17,12 +17,17 @@ class Args:
     max_new_tokens: Annotated[int | None, "tokens per prompt (default: the setting's)"] = None
     json: Annotated[str | None, "write the report as JSON to this path"] = None
     seed: Annotated[int, "seed for the canary positions"] = 0
+    dtype: Annotated[str | None, "run the candidate and the reference in this dtype (default: the "
+                     "setting's); float32 (TF32 off) separates the mechanism from bf16 rounding, "
+                     "whose near-ties differ between a one-row and a many-row forward"] = None
     results_dir: Annotated[str | None, "results store (default: $SPECPILOT_RESULTS_DIR or "
                            "experiments/results)"] = None
 
     def __post_init__(self):
         if self.dataset and self.prompts_file:
             raise ValueError("give --dataset or --prompts-file, not both")
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError(f"--dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         for name in ("num_prompts", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -43,6 +48,14 @@ def run(args: Args) -> int:
     from specpilot.validation import validate_engine
 
     setting = load_setting(args.setting)
+    if args.dtype is not None:
+        setting = dataclasses.replace(setting, engine=dataclasses.replace(setting.engine,
+                                                                          dtype=args.dtype))
+        if args.dtype == "float32":
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
     val = setting.validation
     count = args.num_prompts or val.num_prompts
     texts = (prompts_file(args.prompts_file, count) if args.prompts_file

@@ -269,3 +269,30 @@ def test_generate_all_runs_more_prompts_than_rows_and_keeps_their_order():
     got = generate_all(BatchEngine(models.engine(STOCK), 2), prompts, params, done.append)
     assert got == [ar.generate(p, params).tokens for p in prompts]
     assert sorted(done) == list(range(5))
+
+
+def test_batch_engines_sharing_scratch_stay_lossless_when_interleaved():
+    """Two batched engines (per-token and fused snapshot kernels) that share one snapshot scratch
+    buffer, stepping in turn as an interleaved A/B does: each request still equals greedy AR."""
+    models = load_models(load_setting("cpu_c1_tiny"))
+    texts = load_prompts("gsm8k", 4)
+    prompts = [models.tokenizer.encode(t).ids[:9 + 4 * i] for i, t in enumerate(texts)]
+    lengths = [20, 14, 9, 17]
+    ar = models.engine(AR)
+    expected = [ar.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True)).tokens
+                for p, n in zip(prompts, lengths)]
+    a = BatchEngine(models.engine(STOCK), 4)
+    b = BatchEngine(models.engine(STOCK.replace(gdn_snapshot="fused")), 4, share_scratch=a)
+    assert b.cache.snapshots is a.cache.snapshots and b.cache.windows is a.cache.windows
+    runs = {side: _requests(prompts, lengths) for side in "ab"}
+    for side, batch in (("a", a), ("b", b)):
+        for req in runs[side]:
+            batch.add(req)
+    while any(batch.running for batch in (a, b)):  # one step of each in turn
+        for batch in (a, b):
+            for req in [r for r in batch.running if r.finish_reason is not None]:
+                batch.remove(req)
+            if any(r.finish_reason is None for r in batch.running):
+                batch.step()
+    assert [r.tokens for r in runs["a"]] == expected
+    assert [r.tokens for r in runs["b"]] == expected

@@ -94,3 +94,20 @@ def test_shape_probe_marks_mismatches_the_candidates_own_forward_makes_too(tiny_
                               probe_shape=False)
     assert skipped.num_explained_by_shape is None
     assert all(m["explained_by_shape"] is None for m in skipped.mismatches)
+
+
+def test_cli_validate_dtype_override_runs_both_engines_in_that_dtype(tmp_path, capsys):
+    """``--dtype`` loads the candidate and the reference in that dtype and records it; a bad value
+    is a clear error."""
+    from specpilot.bench import store
+
+    results = tmp_path / "results"
+    assert cli.main(["validate", "cpu_c1_tiny", "--engine", "stock", "--num-prompts", "2",
+                     "--max-new-tokens", "8", "--dtype", "bfloat16",
+                     "--results-dir", str(results)]) == 0
+    [row] = store.read_table(results, kind="validate").to_pylist()
+    assert json.loads(row["metrics_json"])["dtype"] == "bfloat16"  # the setting runs float32
+    with pytest.raises(SystemExit) as err:
+        cli.main(["validate", "cpu_c1_tiny", "--dtype", "int8"])
+    assert err.value.code == 2
+    assert "--dtype must be float32, bfloat16 or float16" in capsys.readouterr().err
