@@ -104,7 +104,7 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
             if "error" in level:  # the level did not run (e.g. out of device memory)
                 throughput.append([r["setting"], r["a"], r["b"], r.get("acceptance", "?"),
                                    _device(r), str(level["concurrency"]), "not run: "
-                                   + level["error"].split(";")[0].replace("|", "/")]
+                                   + level["error"].split(";")[0].split(" (")[0].replace("|", "/")]
                                   + ["–"] * 7 + [_commit(r), _date(r), _link(r, base)])
                 continue
             lo, hi = level["ci95"]
