@@ -11,6 +11,7 @@ import dataclasses
 import threading
 import time
 
+from specpilot.engines.admission import Admission
 from specpilot.engines.batch import BatchEngine
 from specpilot.engines.batch import Running
 from specpilot.engines.engine import Engine
@@ -35,6 +36,7 @@ class Stats:
     requests_failed: int = 0
     tokens_total: int = 0
     steps_total: int = 0
+    admissions_total: int = 0  # prefill rounds: each one stalls every running row once
     step_seconds: list = dataclasses.field(default_factory=list)  # recent step times
     accept_lengths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
@@ -48,6 +50,7 @@ class Scheduler:
         self.engine = engine
         self.batch = batch if batch is not None else BatchEngine(engine, max_batch)
         self.stats = Stats()
+        self.admission = Admission.for_recipe(engine.recipe)
         self._waiting: collections.deque = collections.deque()
         self._callbacks: dict = {}
         self._cancelled: set[str] = set()
@@ -118,7 +121,12 @@ class Scheduler:
 
     def _admit(self) -> None:
         """Every queued request that has a free row joins (prefilled together when the recipe
-        batches prefills); one that fails is dropped with its error, the others go on."""
+        batches prefills), now or, with grouped admission, once enough can join together; one that
+        fails is dropped with its error, the others go on."""
+        with self._lock:
+            joinable = min(self.batch.free_rows, len(self._waiting))
+        if not self.admission.ready(joinable, len(self.batch.running)):
+            return
         joining = []
         while self.batch.free_rows > len(joining) and self._waiting:
             with self._lock:
@@ -130,6 +138,7 @@ class Scheduler:
                 joining.append(req)
         if not joining:
             return
+        self.stats.admissions_total += 1
         try:
             failed = {id(req): err for req, err in self.batch.add_many(joining)}
         except Exception as err:  # noqa: BLE001 - the whole admission failed; the server goes on

@@ -67,6 +67,13 @@ class Recipe:
     """Batch scenarios: the requests that join at one step are prefilled in one target forward,
     right-padded to the longest prompt (Gated-DeltaNet rows past a prompt's end leave its state
     exactly as it was, attention rows past it are dropped), instead of one forward each."""
+    admit_ratio: float = 0.0
+    """Batch scenarios: queued requests join the running batch only once at least this many of
+    them per running request could join together (TGI's waiting-served ratio), so that requests
+    finishing at different steps share one prefill forward instead of each stalling every running
+    row for one of its own; 0 = join as soon as a row is free (``engines/admission.py``)."""
+    admit_max_wait_steps: int = 0
+    """With ``admit_ratio``: the most decode steps a request that could join waits for its group."""
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
@@ -91,10 +98,25 @@ class Recipe:
         if type(self.batched_prefill) is not bool:
             raise SpecPilotError(f"recipe {self.name!r}: batched_prefill must be true or false, "
                                  f"got {self.batched_prefill!r}")
+        self._check_admission()
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")
         self._check_tree()
+
+    def _check_admission(self) -> None:
+        ratio, wait = self.admit_ratio, self.admit_max_wait_steps
+        if type(ratio) not in (int, float) or not 0 <= ratio <= 4:
+            raise SpecPilotError(f"recipe {self.name!r}: admit_ratio must be a number in 0..4, "
+                                 f"got {ratio!r}")
+        if type(wait) is not int or not 0 <= wait <= 64:
+            raise SpecPilotError(f"recipe {self.name!r}: admit_max_wait_steps must be an integer "
+                                 f"in 0..64, got {wait!r}")
+        if (ratio > 0) != (wait > 0):
+            raise SpecPilotError(f"recipe {self.name!r}: admit_ratio ({ratio}) and "
+                                 f"admit_max_wait_steps ({wait}) go together: both > 0 to group "
+                                 "admissions, or both 0 to admit at once")
+        object.__setattr__(self, "admit_ratio", float(ratio))
 
     @property
     def tree_verify(self) -> bool:
@@ -167,6 +189,8 @@ class Recipe:
             del data["batched_prefill"]
         if data["gdn_snapshot"] == "per-token":  # ... or the fused snapshot kernel
             del data["gdn_snapshot"]
+        if not self.admit_ratio:  # ... or grouped admission
+            del data["admit_ratio"], data["admit_max_wait_steps"]
         return stable_hash(data)
 
     def replace(self, **changes) -> "Recipe":

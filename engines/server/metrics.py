@@ -39,6 +39,9 @@ class SchedulerCollector:
                                   value=stats.tokens_total)
         yield CounterMetricFamily("specpilot_steps", "Batched decode steps",
                                   value=stats.steps_total)
+        yield CounterMetricFamily("specpilot_admissions",
+                                  "Prefill rounds that joined queued requests (each stalls every "
+                                  "running request once)", value=stats.admissions_total)
         counts = dict(stats.accept_lengths)  # one C-level copy: safe against the scheduler thread
         buckets, cumulative = [], 0
         for bound in range(1, max([self.block_size, *counts]) + 1):

@@ -97,6 +97,7 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
     try:
         if warmup:
             _request(scheduler, "warmup", list(workload.prompts[0]), workload.params, 0, plan(0))
+        steps0, admissions0 = scheduler.stats.steps_total, scheduler.stats.admissions_total
         queue, lock, results, errors = list(range(len(workload.prompts))), threading.Lock(), {}, []
 
         def client() -> None:
@@ -124,7 +125,10 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
         scheduler.shutdown()
     if errors:
         raise errors[0]
-    return summarize_level(concurrency, wall_s, [results[i] for i in sorted(results)])
+    # decode steps, and prefill rounds (admissions): each one stalls every running row once
+    return {**summarize_level(concurrency, wall_s, [results[i] for i in sorted(results)]),
+            "steps": scheduler.stats.steps_total - steps0,
+            "admissions": scheduler.stats.admissions_total - admissions0}
 
 
 def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3, replay=None,
@@ -171,7 +175,8 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
                                    # prefill vs decode: the median time to first token and the
                                    # median gap between tokens after it
                                    "ttft_ms": (level["ttft_ms"] or {}).get("median"),
-                                   "itl_ms": (level["itl_ms"] or {}).get("median")})
+                                   "itl_ms": (level["itl_ms"] or {}).get("median"),
+                                   "steps": level["steps"], "admissions": level["admissions"]})
         ratios = [b["output_tok_s"] / a["output_tok_s"] for a, b in zip(runs["a"], runs["b"])]
         estimate = estimate_speedup(ratios, seed=0)
         entry = {"concurrency": concurrency, "num_prompts": len(sub.prompts), "runs": runs,

@@ -18,12 +18,20 @@ class Args:
     rollback: Annotated[str, "Gated-DeltaNet rollback: snapshot or replay"] = "snapshot"
     measured: Annotated[str | None, "a bench record (JSON) whose phases fill the gap table"] = None
     concurrency: Annotated[int, "requests decoded together (weights read once for all)"] = 1
+    prompt_tokens: Annotated[int, "prompt length of a request joining the batch (admission "
+                             "terms)"] = 128
+    prefill_fixed_ms: Annotated[float, "fixed cost of one prefill forward (launches, host work), "
+                                "e.g. measured; 0 = floors only"] = 0.0
 
     def __post_init__(self):
         if self.context < 1:
             raise ValueError("--context must be >= 1")
         if self.concurrency < 1:
             raise ValueError("--concurrency must be >= 1")
+        if self.prompt_tokens < 1:
+            raise ValueError("--prompt-tokens must be >= 1")
+        if self.prefill_fixed_ms < 0:
+            raise ValueError("--prefill-fixed-ms must be >= 0")
         if self.rollback not in ("snapshot", "replay"):
             raise ValueError("--rollback must be snapshot or replay")
 
@@ -105,4 +113,30 @@ def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: st
     print(f"  two-stage verify ({profile}): best prefix {two['best_prefix']}, "
           f"{two['best_ms']:.3f} ms vs {two['one_stage_ms']:.3f} ms in one stage "
           f"({two['speedup']:.2f}x: {verdict})")
+    if args.concurrency > 1:
+        _admission_term(args, setting, target, drafter, gpu, block, probs)
+
+
+def _admission_term(args, setting, target, drafter, gpu, block: int, probs) -> None:
+    """Grouped admission (the catalog's delta) against joining at once, per joining request."""
+    from specpilot.costmodel import engine_costs
+    from specpilot.costmodel.phases import admission_ms
+    from specpilot.search.catalog import load_catalog
+
+    delta = next(m.delta for m in load_catalog() if m.name == "grouped-admission")
+    costs = engine_costs(target, drafter, gpu, block, args.context, args.rollback,
+                         args.concurrency)
+    step_ms = sum(costs[p].floor_ms for p in ("draft", "verify", "commit"))
+    tau = 1.0 + sum(k * p for k, p in enumerate(probs))  # tokens per step (P(k accepted))
+    finishes = args.concurrency * tau / setting.scenario.max_new_tokens
+    common = (target, drafter, gpu, args.concurrency, args.prompt_tokens, step_ms, finishes)
+    now = admission_ms(*common, 0.0, 0, args.prefill_fixed_ms)
+    grouped = admission_ms(*common, delta["admit_ratio"], delta["admit_max_wait_steps"],
+                           args.prefill_fixed_ms)
+    verdict = "pays" if grouped["total_ms"] < now["total_ms"] else "does not pay"
+    print(f"  grouped admission (ratio {delta['admit_ratio']:g}, wait <= "
+          f"{delta['admit_max_wait_steps']} steps; {finishes:.2f} requests finish per step): "
+          f"{grouped['total_ms']:.3f} ms per joining request (group {grouped['group']:.1f}, idle "
+          f"{grouped['idle_ms']:.3f} ms) vs {now['total_ms']:.3f} ms at once "
+          f"(group {now['group']:.1f}): {verdict}")
 

@@ -254,6 +254,28 @@ def prefill_ms(target_config: dict, drafter_config: dict | None, gpu: Gpu, num_r
     return forward_ms(num_requests) if batched else num_requests * forward_ms(1)
 
 
+def admission_ms(target_config: dict, drafter_config: dict | None, gpu: Gpu, num_requests: int,
+                 prompt_tokens: int, step_ms: float, finishes_per_step: float, ratio: float,
+                 max_wait_steps: int, fixed_ms: float = 0.0) -> dict:
+    """Cost per request that joins a running batch (the ``grouped-admission`` mechanism's term), in
+    ms of the whole batch's time: the prefill forward every running row waits for, shared by the
+    requests that join together (one padded forward, :func:`prefill_ms`), plus the decode its free
+    row forgoes while its group gathers. Requests finish at ``finishes_per_step`` (concurrency x
+    tau / tokens per request). At once (``ratio`` 0) a group is whoever finished in one step;
+    grouped, it gathers up to ``ratio`` x ``num_requests`` requests for at most ``max_wait_steps``
+    more steps, its rows idling half that wait on average, each idle row-step worth ``step_ms`` /
+    ``num_requests``. Returns the group size and the two parts."""
+    f = finishes_per_step
+    at_once = max(1.0, f)
+    group = at_once if ratio == 0 else max(at_once, min(ratio * num_requests,
+                                                        f * (max_wait_steps + 1)))
+    size = max(1, round(group))
+    prefill = prefill_ms(target_config, drafter_config, gpu, size, prompt_tokens, True,
+                         fixed_ms) / size
+    idle = (group - at_once) / (2 * f) * step_ms / num_requests if f > 0 else 0.0
+    return {"group": group, "prefill_ms": prefill, "idle_ms": idle, "total_ms": prefill + idle}
+
+
 SNAPSHOT_STATE_MOVES = {
     # per verify of B rows, in states of one Gated-DeltaNet layer and request: fla's kernel once
     # per token reads and writes a state each time (2 B), then a stack reads and writes the B

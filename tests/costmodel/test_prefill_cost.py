@@ -41,3 +41,24 @@ def test_fused_snapshot_term_scales_with_requests_and_rows(configs):
     # Qwen3.8-27B: 48 layers x 3.1 MB states; 32 requests x 8 rows per-token ~ 150 GB a verify
     assert snapshot_traffic_ms(configs[0], gpu, 32, 8, "per-token") == pytest.approx(32 * one)
     assert 25.0 < snapshot_traffic_ms(configs[0], gpu, 32, 8, "per-token") < 45.0
+
+
+def test_admission_term_trades_shared_prefills_against_idle_rows(configs):
+    from specpilot.costmodel import admission_ms
+
+    gpu = GPUS["h200"]
+    common = (*configs, gpu, 32, 128, 50.0)  # 32 requests, 128-token prompts, 50 ms steps
+    at_once = admission_ms(*common, 0.5, 0.0, 0)
+    assert at_once["group"] == 1.0 and at_once["idle_ms"] == 0.0  # < 1 finish a step: alone
+    grouped = admission_ms(*common, 0.5, 0.25, 4)  # gathers 0.5 x 5 steps = 2.5 requests
+    assert grouped["group"] == pytest.approx(2.5)
+    assert grouped["idle_ms"] == pytest.approx(1.5 / (2 * 0.5) * 50.0 / 32)
+    # an eager prefill's fixed cost (launches, host work) is what grouping divides
+    fixed_now = admission_ms(*common, 0.5, 0.0, 0, fixed_ms=30.0)
+    fixed_grouped = admission_ms(*common, 0.5, 0.25, 4, fixed_ms=30.0)
+    assert fixed_grouped["total_ms"] < fixed_now["total_ms"]
+    assert fixed_now["total_ms"] - at_once["total_ms"] == pytest.approx(30.0)
+    # many finishes a step: a group forms at once anyway, the ratio caps what grouping adds
+    busy = admission_ms(*common, 4.0, 0.25, 4)
+    assert busy["group"] == pytest.approx(8.0) and busy["idle_ms"] == pytest.approx(
+        (8.0 - 4.0) / 8.0 * 50.0 / 32)

@@ -93,3 +93,6 @@ def test_metrics(http):
     done = [s for s in families["specpilot_requests"].samples
             if s.labels.get("endpoint") == "generate" and s.name.endswith("_total")]
     assert sum(s.value for s in done) >= 1
+    admissions = next(s.value for s in families["specpilot_admissions"].samples
+                      if s.name == "specpilot_admissions_total")
+    assert admissions >= 1  # the request above joined the batch in a prefill round
