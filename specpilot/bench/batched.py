@@ -8,6 +8,7 @@ step that keeps several tokens spreads its gap over them), tokens and accept len
 output tokens per second of wall time and the distributions of those latencies.
 """
 
+import dataclasses
 import threading
 import time
 
@@ -40,6 +41,7 @@ def summarize_level(concurrency: int, wall_s: float, per_prompt: list[dict]) -> 
 
 
 REQUEST_TIMEOUT_S = 3600.0
+WARMUP_TOKENS = 16  # per warm-up request: a few decode steps at every batch size the waves pass
 
 
 def _request(scheduler, request_id: str, prompt_ids: list[int], params,
@@ -95,40 +97,56 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
 
     scheduler = Scheduler(engine, max_batch=concurrency, batch=batch)
     try:
-        if warmup:
-            _request(scheduler, "warmup", list(workload.prompts[0]), workload.params, 0, plan(0))
+        if warmup:  # two short closed-loop waves of `concurrency` requests, so that padded
+            # prefills of several widths and the decode steps of every batch size compile, tune
+            # their kernels and capture before the clock starts (one request warmed only one)
+            count = min(concurrency, len(workload.prompts))
+            short = dataclasses.replace(workload.params, max_new_tokens=min(
+                WARMUP_TOKENS, workload.params.max_new_tokens))
+            for shift in range(2):
+                order = [(shift + j) % len(workload.prompts) for j in range(count)]
+                _clients(scheduler, workload, order, short, plan, concurrency, "warmup")
         steps0, admissions0 = scheduler.stats.steps_total, scheduler.stats.admissions_total
-        queue, lock, results, errors = list(range(len(workload.prompts))), threading.Lock(), {}, []
-
-        def client() -> None:
-            while not errors:
-                with lock:
-                    if not queue:
-                        return
-                    i = queue.pop(0)
-                try:
-                    results[i] = _request(scheduler, f"bench-{i}", list(workload.prompts[i]),
-                                          workload.params, i, plan(i))
-                except SpecPilotError as err:
-                    errors.append(err)
-                if progress is not None:
-                    progress()
-
         start = time.perf_counter()
-        clients = [threading.Thread(target=client) for _ in range(concurrency)]
-        for thread in clients:
-            thread.start()
-        for thread in clients:
-            thread.join()
+        results = _clients(scheduler, workload, list(range(len(workload.prompts))),
+                           workload.params, plan, concurrency, "bench", progress)
         wall_s = time.perf_counter() - start
     finally:
         scheduler.shutdown()
-    if errors:
-        raise errors[0]
     # decode steps, and prefill rounds (admissions): each one stalls every running row once
     return {**summarize_level(concurrency, wall_s, [results[i] for i in sorted(results)]),
             "steps": scheduler.stats.steps_total - steps0,
             "admissions": scheduler.stats.admissions_total - admissions0}
+
+
+def _clients(scheduler, workload, order: list[int], params, plan, concurrency: int, tag: str,
+             progress=None) -> dict:
+    """Closed loop: ``concurrency`` clients each send the next prompt of ``order`` when their last
+    one finishes; {prompt index: its measurements}. The first error stops the clients and raises."""
+    queue, lock, results, errors = list(order), threading.Lock(), {}, []
+
+    def client() -> None:
+        while not errors:
+            with lock:
+                if not queue:
+                    return
+                i = queue.pop(0)
+            try:
+                results[i] = _request(scheduler, f"{tag}-{i}", list(workload.prompts[i]), params,
+                                      i, plan(i))
+            except SpecPilotError as err:
+                errors.append(err)
+            if progress is not None:
+                progress()
+
+    clients = [threading.Thread(target=client) for _ in range(concurrency)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3, replay=None,

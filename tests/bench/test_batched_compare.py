@@ -22,6 +22,9 @@ def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli
         assert level["median_ratio"] > 0 and level["b_tau"] >= 1.0
         for run in level["runs"]["a"] + level["runs"]["b"]:  # prefill and decode apart
             assert run["ttft_ms"] > 0 and run["itl_ms"] > 0
+            # the timed run's own decode steps and prefill rounds (the warm-up waves excluded):
+            # every prompt joined in some round, and no more rounds than prompts
+            assert run["steps"] >= 1 and 1 <= run["admissions"] <= level["num_prompts"]
     readme = tmp_path / "README.md"
     readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
     assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0
