@@ -37,6 +37,8 @@ class Stats:
     tokens_total: int = 0
     steps_total: int = 0
     admissions_total: int = 0  # prefill rounds: each one stalls every running row once
+    step_seconds_total: float = 0.0  # wall time in decode steps ...
+    admission_seconds_total: float = 0.0  # ... and in prefill rounds (the rest: host work, idle)
     step_seconds: list = dataclasses.field(default_factory=list)  # recent step times
     accept_lengths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
@@ -139,11 +141,13 @@ class Scheduler:
         if not joining:
             return
         self.stats.admissions_total += 1
+        start = time.perf_counter()
         try:
             failed = {id(req): err for req, err in self.batch.add_many(joining)}
         except Exception as err:  # noqa: BLE001 - the whole admission failed; the server goes on
             running = {id(r) for r in self.batch.running}
             failed = {id(req): err for req in joining if id(req) not in running}
+        self.stats.admission_seconds_total += time.perf_counter() - start
         for req in joining:
             if id(req) in failed:
                 self._drop(req, f"prefill failed: {failed[id(req)]}")
@@ -180,8 +184,10 @@ class Scheduler:
                 for req in list(self.batch.running):
                     self._drop(req, f"decode step failed: {err}")
                 continue
+            elapsed = time.perf_counter() - start
             self.stats.steps_total += 1
-            self.stats.step_seconds = (self.stats.step_seconds + [time.perf_counter() - start])[-512:]
+            self.stats.step_seconds_total += elapsed
+            self.stats.step_seconds = (self.stats.step_seconds + [elapsed])[-512:]
             for req, tokens in results:
                 self.stats.tokens_total += len(tokens)
                 self.stats.accept_lengths[len(tokens)] += 1

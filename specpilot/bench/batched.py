@@ -106,17 +106,23 @@ def bench_level(engine, workload, concurrency: int, warmup: bool = True, progres
             for shift in range(2):
                 order = [(shift + j) % len(workload.prompts) for j in range(count)]
                 _clients(scheduler, workload, order, short, plan, concurrency, "warmup")
-        steps0, admissions0 = scheduler.stats.steps_total, scheduler.stats.admissions_total
+        before = dataclasses.replace(scheduler.stats)
         start = time.perf_counter()
         results = _clients(scheduler, workload, list(range(len(workload.prompts))),
                            workload.params, plan, concurrency, "bench", progress)
         wall_s = time.perf_counter() - start
     finally:
         scheduler.shutdown()
-    # decode steps, and prefill rounds (admissions): each one stalls every running row once
+    # decode steps and prefill rounds (admissions: each stalls every running row once), and where
+    # the wall time went: steps, prefill rounds, the rest (host work between them, idle rows)
+    stats = scheduler.stats
+    step_s = stats.step_seconds_total - before.step_seconds_total
+    admission_s = stats.admission_seconds_total - before.admission_seconds_total
     return {**summarize_level(concurrency, wall_s, [results[i] for i in sorted(results)]),
-            "steps": scheduler.stats.steps_total - steps0,
-            "admissions": scheduler.stats.admissions_total - admissions0}
+            "steps": stats.steps_total - before.steps_total,
+            "admissions": stats.admissions_total - before.admissions_total,
+            "wall_split_s": {"steps": step_s, "admissions": admission_s,
+                             "other": wall_s - step_s - admission_s}}
 
 
 def _clients(scheduler, workload, order: list[int], params, plan, concurrency: int, tag: str,
@@ -194,7 +200,8 @@ def compare_levels(engines: dict, workload, levels: list[int], repeats: int = 3,
                                    # median gap between tokens after it
                                    "ttft_ms": (level["ttft_ms"] or {}).get("median"),
                                    "itl_ms": (level["itl_ms"] or {}).get("median"),
-                                   "steps": level["steps"], "admissions": level["admissions"]})
+                                   "steps": level["steps"], "admissions": level["admissions"],
+                                   "wall_split_s": level["wall_split_s"]})
         ratios = [b["output_tok_s"] / a["output_tok_s"] for a, b in zip(runs["a"], runs["b"])]
         estimate = estimate_speedup(ratios, seed=0)
         entry = {"concurrency": concurrency, "num_prompts": len(sub.prompts), "runs": runs,

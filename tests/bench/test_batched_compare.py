@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "h200_batched.py"
 
 
@@ -25,6 +27,10 @@ def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli
             # the timed run's own decode steps and prefill rounds (the warm-up waves excluded):
             # every prompt joined in some round, and no more rounds than prompts
             assert run["steps"] >= 1 and 1 <= run["admissions"] <= level["num_prompts"]
+            split = run["wall_split_s"]  # the wall time: steps, prefill rounds and the rest
+            assert split["steps"] > 0 and split["admissions"] > 0
+            assert split["steps"] + split["admissions"] + split["other"] == \
+                pytest.approx(run["wall_s"])
     readme = tmp_path / "README.md"
     readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
     assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0
