@@ -12,6 +12,8 @@ report`` renders it.
     python3 experiments/h200_batched.py [--settings S1,S2] [--levels 1,16,32] [--b stock]
         (engine names: ar, stock, a setting recipe, any of them +MECHANISM from the search
         catalog, e.g. --a ar+batched-prefill --b stock+batched-prefill+gdn-fused-snapshot)
+        [--pairs A:B,A:B ..] (several pairs on one model load, instead of --a/--b; the record of
+        pair k > 0 is $OUT/batched-<setting>-<k>.json)
         [--acceptance profile:proxy-h200-dflash2#gsm8k] [--repeats 3] [--max-new-tokens 64]
 """
 
@@ -41,7 +43,7 @@ def bound(setting, models, tau: float | None, concurrency: int = 1) -> float | N
                                       num_requests=concurrency), tau)
 
 
-def run_setting(name: str, args) -> dict:
+def run_setting(name: str, args) -> list[dict]:
     from specpilot import fingerprint
     from specpilot.bench.batched import compare_levels
     from specpilot.bench.workload import replay_for
@@ -58,23 +60,33 @@ def run_setting(name: str, args) -> dict:
                             num_prompts=max(PROMPTS_BY_LEVEL.get(c, 2 * c) for c in levels),
                             max_new_tokens=args.max_new_tokens)
     replay = replay_for(models, workload, spec=args.acceptance)
-    engines = {"a": models.engine(recipe_for(setting, args.a)),
-               "b": models.engine(recipe_for(setting, args.b))}
-    out = {"kind": "batched_compare", "timestamp": started, "setting": name, "a": args.a, "b": args.b,
-           "acceptance": replay.label if replay is not None else "measured",
-           "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-           "setup_s": time.time() - started}
-    out["fingerprint"] = fingerprint.current(setting.engine.device).to_dict()
-    out["levels"] = []
-    for concurrency in levels:  # the record is rewritten after each level: a cut call keeps them
-        level, = compare_levels(engines, workload, [concurrency], args.repeats, replay,
-                                PROMPTS_BY_LEVEL, log=lambda m: print(f"{name} {m}", flush=True))
-        if level.get("b_tau") is not None:  # the bound at this level's rows and measured tau
-            level["speedup_bound"] = bound(setting, models, level["b_tau"], concurrency)
-        out["levels"].append(level)
-        out["elapsed_s"] = time.time() - started
-        (OUT / f"batched-{name}.json").write_text(json.dumps(out, indent=1))
-    return out
+    pairs = ([tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs
+             else [(args.a, args.b)])
+    setup_s, records = time.time() - started, []
+    for k, (a, b) in enumerate(pairs):
+        pair_started = time.time()
+        engines = {"a": models.engine(recipe_for(setting, a)),
+                   "b": models.engine(recipe_for(setting, b))}
+        out = {"kind": "batched_compare", "timestamp": pair_started, "setting": name, "a": a,
+               "b": b, "acceptance": replay.label if replay is not None else "measured",
+               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+               "setup_s": setup_s}
+        out["fingerprint"] = fingerprint.current(setting.engine.device).to_dict()
+        out["levels"] = []
+        path = OUT / (f"batched-{name}.json" if k == 0 else f"batched-{name}-{k}.json")
+        for concurrency in levels:  # the record is rewritten after each level: a cut call
+            level, = compare_levels(engines, workload, [concurrency], args.repeats, replay,
+                                    PROMPTS_BY_LEVEL,  # keeps the levels it finished
+                                    log=lambda m, a=a, b=b: print(f"{name} {a} vs {b} {m}",
+                                                                  flush=True))
+            if level.get("b_tau") is not None:  # the bound at this level's rows and measured tau
+                level["speedup_bound"] = bound(setting, models, level["b_tau"], concurrency)
+            out["levels"].append(level)
+            out["elapsed_s"] = time.time() - pair_started
+            path.write_text(json.dumps(out, indent=1))
+        records.append(out)
+        del engines
+    return records
 
 
 def main(argv=None) -> None:
@@ -83,11 +95,15 @@ def main(argv=None) -> None:
     parser.add_argument("--levels", default="1,16,32")
     parser.add_argument("--a", default="ar")
     parser.add_argument("--b", default="stock")
+    parser.add_argument("--pairs", default=None,
+                        help="A:B,A:B,..: several engine pairs on one model load (overrides --a/--b)")
     parser.add_argument("--acceptance", default=None,
                         help="replayed acceptance spec (default: the setting's profile)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
+    if args.pairs and any(len(p.split(":")) != 2 for p in args.pairs.split(",")):
+        parser.error(f"--pairs must be A:B,A:B,..; got {args.pairs!r}")
     OUT.mkdir(parents=True, exist_ok=True)
     for name in args.settings.split(","):
         run_setting(name, args)

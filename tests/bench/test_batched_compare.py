@@ -66,3 +66,20 @@ def test_a_level_that_does_not_fit_is_recorded_and_rendered(tmp_path, monkeypatc
     assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0
     assert "| 2 | not run: recipe 'stock': a batch of 2 rows of 2048 tokens does not fit |" in \
         readme.read_text()
+
+
+def test_several_pairs_share_one_model_load(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("h200_batched", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path)
+    script.main(["--settings", "cpu_c1_tiny", "--levels", "2", "--repeats", "2",
+                 "--max-new-tokens", "6", "--pairs",
+                 "ar:stock,stock:stock+batched-prefill+grouped-admission"])
+    first = json.loads((tmp_path / "batched-cpu_c1_tiny.json").read_text())
+    second = json.loads((tmp_path / "batched-cpu_c1_tiny-1.json").read_text())
+    assert (first["a"], first["b"]) == ("ar", "stock")
+    assert (second["a"], second["b"]) == ("stock", "stock+batched-prefill+grouped-admission")
+    assert second["levels"][0]["median_ratio"] > 0
+    with pytest.raises(SystemExit):
+        script.main(["--settings", "cpu_c1_tiny", "--pairs", "ar-stock"])
