@@ -233,7 +233,9 @@ def token_force(models, recipe, budget: dict) -> dict:
     from specpilot.fingerprint import current
     from specpilot.recipe import AR
     from specpilot.validation import validate_engine
+    from specpilot.validation.twin import twin_of
 
+    models = twin_of(models)  # a random-weight setting's validation twin, else the same models
     texts = load_prompts(budget["dataset"], budget["num_prompts"])
     prompts = [models.tokenizer.encode(t).ids for t in texts]
     params = SamplingParams(max_new_tokens=budget["max_new_tokens"])

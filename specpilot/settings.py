@@ -68,8 +68,17 @@ class Validation:
     epsilon: float = 1e-4
     max_mismatch_rate: float = 0.001
     num_canaries: int = 1
+    depth: int | None = None
+    """Random-weight settings: token forcing runs on a twin of the models cut to this many target
+    layers, every width kept (``specpilot.validation.twin``); None = the setting's models."""
+    dtype: str | None = None
+    """The dtype token forcing runs in (default: the engine's), e.g. float32 for that twin."""
 
     def __post_init__(self):
+        _check(self.depth is None or (type(self.depth) is int and self.depth >= 2),
+               f"[validation] depth must be an integer >= 2, got {self.depth!r}")
+        _check(self.dtype in (None, "float32", "bfloat16", "float16"),
+               f"[validation] dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         # DESIGN.md §4: mismatches must be near-ties and at most 0.1% of tokens; a setting may be
         # stricter, never looser
         _check(0 <= self.max_mismatch_rate <= 0.001,
@@ -96,6 +105,9 @@ class Setting:
     def hash(self) -> str:
         data = dataclasses.asdict(self)
         data.pop("directory")
+        for key in ("depth", "dtype"):  # settings without a validation twin keep their hash
+            if data["validation"][key] is None:
+                del data["validation"][key]
         return stable_hash(data)
 
 

@@ -40,6 +40,22 @@ def _models(setting_name: str, speculative: bool = True):
     return _LOADED[setting_name]
 
 
+_TWINS: dict = {}
+"""Validation twins loaded by this process, by setting (``specpilot.validation.twin``)."""
+
+
+def _validation_models(models):
+    """What candidates of ``models``' setting are token-forced on: the same models, or the
+    setting's validation twin (a depth-cut float32 copy of random seed-scale weights)."""
+    from specpilot.validation.twin import twin_of
+
+    name = models.setting.name
+    if _TWINS.get(name, (None,))[0] is not models:  # loaded once per setting's models
+        _TWINS.clear()
+        _TWINS[name] = (models, twin_of(models))
+    return _TWINS[name][1]
+
+
 def _engine(models, recipe_dict: dict, fault: str | None = None):
     from specpilot.recipe import Recipe
 
@@ -127,12 +143,14 @@ def candidate(job: dict) -> dict:
     setting = models.setting
     start = time.monotonic()
     engine = _engine(models, job["recipe"], job.get("fault"))
+    twin = _validation_models(models)  # token forcing's models; speed is measured on `models`
+    forced = engine if twin is models else _engine(twin, job["recipe"], job.get("fault"))
     val = setting.validation
     spec = job.get("validation", {})
     texts = load_prompts(val.dataset, spec.get("num_prompts") or val.num_prompts)
-    prompts = [models.tokenizer.encode(t).ids for t in texts]
+    prompts = [twin.tokenizer.encode(t).ids for t in texts]
     params = SamplingParams(max_new_tokens=spec.get("max_new_tokens") or val.max_new_tokens)
-    report = validate_engine(models.engine(AR), engine, prompts, params, epsilon=val.epsilon,
+    report = validate_engine(twin.engine(AR), forced, prompts, params, epsilon=val.epsilon,
                              max_mismatch_rate=val.max_mismatch_rate,
                              num_canaries=val.num_canaries, seed=job.get("seed", 0),
                              name=job.get("name", "candidate"))

@@ -55,5 +55,6 @@ def validation_record(report, setting, engine: str, recipe=None) -> dict:
     """A ``validate`` record from a token-forcing ``Report`` (``specpilot.validation``)."""
     body = report.to_dict()
     return {**header("validate", setting, engine, recipe), "dtype": setting.engine.dtype,
+            "depth": setting.validation.depth,  # a cut twin's target layers (None: full depth)
             "acceptance": "measured",
             "passed": body["passed"], "tau": body["tau"], "report": body}

@@ -18,8 +18,9 @@ class Args:
     json: Annotated[str | None, "write the report as JSON to this path"] = None
     seed: Annotated[int, "seed for the canary positions"] = 0
     dtype: Annotated[str | None, "run the candidate and the reference in this dtype (default: the "
-                     "setting's); float32 (TF32 off) separates the mechanism from bf16 rounding, "
-                     "whose near-ties differ between a one-row and a many-row forward"] = None
+                     "setting's [validation] dtype, else its engine's); float32 (TF32 off) "
+                     "separates the mechanism from bf16 rounding, whose near-ties differ between a "
+                     "one-row and a many-row forward"] = None
     results_dir: Annotated[str | None, "results store (default: $SPECPILOT_RESULTS_DIR or "
                            "experiments/results)"] = None
 
@@ -37,7 +38,6 @@ class Args:
 def run(args: Args) -> int:
     from specpilot.bench import publish
     from specpilot.bench import validation_record
-    from specpilot.build import load_models
     from specpilot.datasets import load_prompts
     from specpilot.datasets import prompts_file
     from specpilot.engine_names import build_engine
@@ -46,21 +46,19 @@ def run(args: Args) -> int:
     from specpilot.recipe import AR
     from specpilot.settings import load_setting
     from specpilot.validation import validate_engine
+    from specpilot.validation.twin import strict_float32
+    from specpilot.validation.twin import validation_models
 
-    setting = load_setting(args.setting)
-    if args.dtype is not None:
-        setting = dataclasses.replace(setting, engine=dataclasses.replace(setting.engine,
-                                                                          dtype=args.dtype))
-        if args.dtype == "float32":
-            import torch
-
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+    # the setting's models, or its validation twin ([validation] depth / dtype, or --dtype)
+    models = validation_models(load_setting(args.setting), with_drafter=args.engine != "ar",
+                               dtype=args.dtype)
+    setting = models.setting
+    if setting.engine.dtype == "float32":
+        strict_float32()
     val = setting.validation
     count = args.num_prompts or val.num_prompts
     texts = (prompts_file(args.prompts_file, count) if args.prompts_file
              else load_prompts(args.dataset or val.dataset, count))
-    models = load_models(setting, with_drafter=args.engine != "ar")
     prompts = [models.tokenizer.encode(t).ids for t in texts]
     params = SamplingParams(max_new_tokens=args.max_new_tokens or val.max_new_tokens)
     report = validate_engine(models.engine(AR), build_engine(models, args.engine), prompts, params,

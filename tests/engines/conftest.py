@@ -24,3 +24,37 @@ def nan_poison(monkeypatch):
     monkeypatch.setattr(torch, "empty", poisoned_empty)
     monkeypatch.setattr(torch, "empty_like", poisoned_empty_like)
     yield
+
+
+@pytest.fixture
+def serve_all():
+    """``serve_all(engine, prompts, params, max_batch)``: every request submitted at once to a new
+    scheduler of ``max_batch`` rows (``params``: one SamplingParams per prompt); waits for all and
+    returns (tokens per request, the scheduler's stats)."""
+    import threading
+
+    from specpilot.engines.scheduler import Scheduler
+
+    def serve(engine, prompts, params, max_batch):
+        scheduler = Scheduler(engine, max_batch=max_batch)
+        got = {i: [] for i in range(len(prompts))}
+        finished = threading.Semaphore(0)
+
+        def collect(i):
+            def on_event(event):
+                got[i].extend(event.new_tokens)
+                if event.finished:
+                    assert event.error is None
+                    finished.release()
+            return on_event
+
+        for i, (prompt, p) in enumerate(zip(prompts, params)):
+            scheduler.submit(str(i), prompt, p, collect(i))
+        try:
+            for _ in prompts:
+                assert finished.acquire(timeout=300)
+        finally:
+            scheduler.shutdown()
+        return [got[i] for i in range(len(prompts))], scheduler.stats
+
+    return serve

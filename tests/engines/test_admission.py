@@ -2,15 +2,12 @@
 group to join together, never past the step bound, and every request still gets its greedy AR
 tokens."""
 
-import threading
-
 import pytest
 
 from specpilot.build import load_models
 from specpilot.datasets import load_prompts
 from specpilot.engines.admission import Admission
 from specpilot.engines.engine import SamplingParams
-from specpilot.engines.scheduler import Scheduler
 from specpilot.errors import SpecPilotError
 from specpilot.recipe import AR
 from specpilot.recipe import STOCK
@@ -47,31 +44,8 @@ def test_bad_admission_options_are_clear_errors(changes, message):
         STOCK.replace(**changes)
 
 
-def _serve(engine, prompts, lengths, max_batch):
-    """All requests submitted at once to a scheduler with ``max_batch`` rows; (tokens per request,
-    number of admissions)."""
-    scheduler = Scheduler(engine, max_batch=max_batch)
-    got = {i: [] for i in range(len(prompts))}
-    finished = threading.Semaphore(0)
-
-    def collect(i):
-        def on_event(event):
-            got[i].extend(event.new_tokens)
-            if event.finished:
-                assert event.error is None
-                finished.release()
-        return on_event
-
-    for i, (p, n) in enumerate(zip(prompts, lengths)):
-        scheduler.submit(str(i), p, SamplingParams(max_new_tokens=n, ignore_eos=True), collect(i))
-    for _ in prompts:
-        assert finished.acquire(timeout=300)
-    scheduler.shutdown()
-    return [got[i] for i in range(len(prompts))], scheduler.stats.admissions_total
-
-
 @pytest.mark.parametrize("setting", ["cpu_c1_tiny", "cpu_c1_tiny-muse"])
-def test_grouped_admission_keeps_tokens_and_joins_in_fewer_rounds(setting):
+def test_grouped_admission_keeps_tokens_and_joins_in_fewer_rounds(setting, serve_all):
     """12 requests of ragged lengths through 4 rows: with grouped admission (and batched prefill,
     and on the hybrid pair the fused snapshot kernel) every request equals its greedy AR tokens
     alone, and the requests join in fewer prefill rounds than when each joins at once."""
@@ -84,9 +58,10 @@ def test_grouped_admission_keeps_tokens_and_joins_in_fewer_rounds(setting):
              for p, n in zip(prompts, lengths)]
     fused = {"gdn_snapshot": "fused"} if setting == "cpu_c1_tiny" else {}  # the hybrid pair
     grouped = STOCK.replace(name="grouped", batched_prefill=True, **GROUPED, **fused)
-    tokens, grouped_rounds = _serve(models.engine(grouped), prompts, lengths, 4)
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in lengths]
+    tokens, grouped_stats = serve_all(models.engine(grouped), prompts, params, 4)
     assert tokens == alone
-    tokens, at_once_rounds = _serve(models.engine(STOCK.replace(batched_prefill=True)), prompts,
-                                    lengths, 4)
+    tokens, at_once_stats = serve_all(models.engine(STOCK.replace(batched_prefill=True)), prompts,
+                                      params, 4)
     assert tokens == alone
-    assert grouped_rounds < at_once_rounds, (grouped_rounds, at_once_rounds)
+    assert grouped_stats.admissions_total < at_once_stats.admissions_total

@@ -12,30 +12,15 @@ from specpilot.recipe import STOCK
 
 @pytest.mark.parametrize("recipe", [STOCK, AR, STOCK.replace(gdn_rollback="replay")],
                          ids=["stock-snapshot", "ar", "stock-replay"])
-def test_batched_equals_alone(tiny_models, tiny_prompts, recipe):
+def test_batched_equals_alone(tiny_models, tiny_prompts, recipe, serve_all):
     engine = tiny_models.engine(recipe)
     prompts = [p[:40 - 3 * i] for i, p in enumerate(tiny_prompts[:6])]  # ragged lengths
     lengths = [12, 30, 7, 25, 18, 30]  # requests leave at different steps
     alone = [engine.generate(p, SamplingParams(max_new_tokens=n)).tokens
              for p, n in zip(prompts, lengths)]
-    scheduler = Scheduler(engine, max_batch=4)  # 6 requests, 4 rows: some wait in the queue
-    got = {i: [] for i in range(len(prompts))}
-    finished = threading.Semaphore(0)
-
-    def collect(i):
-        def on_event(event):
-            got[i].extend(event.new_tokens)
-            if event.finished:
-                assert event.error is None
-                finished.release()
-        return on_event
-
-    for i, (p, n) in enumerate(zip(prompts, lengths)):
-        scheduler.submit(str(i), p, SamplingParams(max_new_tokens=n), collect(i))
-    for _ in prompts:
-        assert finished.acquire(timeout=120)
-    scheduler.shutdown()
-    assert [got[i] for i in range(len(prompts))] == alone
+    # 6 requests, 4 rows: some wait in the queue
+    got, _ = serve_all(engine, prompts, [SamplingParams(max_new_tokens=n) for n in lengths], 4)
+    assert got == alone
 
 
 def test_too_long_request_is_refused_at_submit(tiny_models):

@@ -1,0 +1,135 @@
+"""The models token forcing runs on: the setting's own, or for a random-weight (seed-scale) setting a
+depth-cut twin in another dtype (the setting's ``[validation] depth`` and ``dtype``).
+
+Why a twin: at seed scale the weights are random, and in bf16 over 64 layers their top-2 logit gaps
+sit below the rounding that differs between a one-row and a many-row forward, so token forcing
+rejects every engine that is not bit-identical to AR, lossless or not (6.8% mismatches for a verify
+width change on the H200). The twin keeps every width (hidden size, heads, head dims, vocabulary:
+every kernel sees the shapes it sees at full size) and the layer-type pattern, keeps only ``depth``
+target layers, and the drafter reads its target layers at the same relative depths; in float32 its
+rounding no longer flips tokens, so a mismatch is the engine's. Speed is still measured on the
+full-size models.
+"""
+
+import copy
+import dataclasses
+
+from specpilot.errors import SpecPilotError
+
+
+def cut_target(config: dict, depth: int) -> dict:
+    """A target config (nested text configs too) with ``depth`` layers: ``num_hidden_layers`` and
+    every per-layer list (``layer_types`` ..) cut to their first ``depth`` entries."""
+    out = copy.deepcopy(config)
+    found = []
+
+    def walk(node: dict) -> None:
+        layers = node.get("num_hidden_layers")
+        if isinstance(layers, int):
+            if depth > layers:
+                raise SpecPilotError(f"[validation] depth {depth} exceeds the target's {layers} "
+                                     "layers")
+            found.append(layers)
+            node["num_hidden_layers"] = depth
+            for key, value in node.items():
+                if isinstance(value, list) and len(value) == layers:
+                    node[key] = value[:depth]
+        for value in node.values():
+            if isinstance(value, dict):
+                walk(value)
+
+    walk(out)
+    if not found:
+        raise SpecPilotError("[validation] depth: the target config has no num_hidden_layers")
+    return out
+
+
+def retarget_drafter(config: dict, num_layers: int, depth: int) -> dict:
+    """A drafter config that reads a ``depth``-layer cut of its ``num_layers``-layer target: every
+    ``target_layer_ids`` entry moved to the same relative depth, ``num_target_layers`` set."""
+    out = copy.deepcopy(config)
+
+    def move(ids: list[int]) -> list[int]:
+        scale = (depth - 1) / max(1, num_layers - 1)
+        moved = [round(i * scale) for i in ids]
+        if len(set(moved)) != len(moved):
+            raise SpecPilotError(f"[validation] depth {depth} is too shallow for the drafter's "
+                                 f"{len(ids)} target layers {ids}: they would share layers "
+                                 f"{moved}")
+        return moved
+
+    def walk(node: dict) -> None:
+        for key, value in node.items():
+            if key == "target_layer_ids" and isinstance(value, list):
+                node[key] = move(value)
+            elif key == "num_target_layers" and isinstance(value, int):
+                node[key] = depth
+            elif isinstance(value, dict):
+                walk(value)
+
+    walk(out)
+    return out
+
+
+def strict_float32() -> None:
+    """float32 matmuls in full precision (no TF32), so that float32 token forcing compares the
+    engines' arithmetic, not TF32's 10-bit mantissas."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _num_layers(config: dict) -> int:
+    return config.get("text_config", config)["num_hidden_layers"]
+
+
+def validation_models(setting, with_drafter: bool = True, dtype: str | None = None):
+    """The ``Models`` token forcing runs on for ``setting``: its own, or its twin when its
+    ``[validation]`` names a depth or a dtype (``dtype`` here overrides the setting's)."""
+    from specpilot.build import load_models
+
+    val = setting.validation
+    dtype = dtype or val.dtype
+    if val.depth is None and dtype is None:
+        return load_models(setting, with_drafter=with_drafter)
+    engine = dataclasses.replace(setting.engine, dtype=dtype or setting.engine.dtype)
+    twin = dataclasses.replace(setting, engine=engine)
+    if val.depth is None:
+        return load_models(twin, with_drafter=with_drafter)
+    from specpilot.build import DTYPES
+    from specpilot.build import Models
+    from specpilot.build import load_tokenizer
+    from specpilot.build import resolve
+    from specpilot.engines.models import random_model
+
+    device = engine.device
+    target_config = resolve(setting.target, setting, "target")
+    if not isinstance(target_config, dict):
+        raise SpecPilotError(f"setting {setting.name}: [validation] depth cuts random-weight "
+                             f"models only; its target is {setting.target.source!r}")
+    layers = _num_layers(target_config)
+    target = random_model(cut_target(target_config, val.depth), device, DTYPES[engine.dtype],
+                          seed=setting.target.seed)
+    drafter = None
+    if with_drafter and setting.drafter is not None:
+        drafter_config = resolve(setting.drafter, setting, "drafter")
+        if not isinstance(drafter_config, dict):
+            raise SpecPilotError(f"setting {setting.name}: [validation] depth needs a random-weight "
+                                 f"drafter too; its drafter is {setting.drafter.source!r}")
+        drafter = random_model(retarget_drafter(drafter_config, layers, val.depth), device,
+                               DTYPES[engine.dtype], seed=setting.drafter.seed)
+        drafter.check_target(target)
+    return Models(target, drafter, load_tokenizer(twin, None), twin)
+
+
+def twin_of(models):
+    """``models`` themselves when their setting validates on its own models, else its validation
+    twin (float32 matmuls made strict when the twin runs float32)."""
+    val = models.setting.validation
+    if val.depth is None and val.dtype is None:
+        return models
+    twin = validation_models(models.setting, with_drafter=models.drafter is not None)
+    if twin.setting.engine.dtype == "float32":
+        strict_float32()
+    return twin
