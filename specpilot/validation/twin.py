@@ -19,7 +19,8 @@ from specpilot.errors import SpecPilotError
 
 def cut_target(config: dict, depth: int) -> dict:
     """A target config (nested text configs too) with ``depth`` layers: ``num_hidden_layers`` and
-    every per-layer list (``layer_types`` ..) cut to their first ``depth`` entries."""
+    every per-layer list (``layer_types``, ``layer_rope_theta`` ..) cut to their first ``depth``
+    entries."""
     out = copy.deepcopy(config)
     found = []
 
@@ -31,8 +32,8 @@ def cut_target(config: dict, depth: int) -> dict:
                                      "layers")
             found.append(layers)
             node["num_hidden_layers"] = depth
-            for key, value in node.items():
-                if isinstance(value, list) and len(value) == layers:
+            for key, value in node.items():  # per-layer lists: layer_types, layer_rope_theta ..
+                if key.startswith("layer_") and isinstance(value, list) and len(value) == layers:
                     node[key] = value[:depth]
         for value in node.values():
             if isinstance(value, dict):

@@ -43,6 +43,9 @@ def test_qwen_seed_twin_keeps_every_width_and_the_hybrid_pattern():
 
 def test_muse_seed_twin_cuts_the_nested_text_config():
     target, drafter = _configs("h200_c1_muse-glimmer-30b_dflash2")
+    with_types = {**target, "text_config": {**target["text_config"],
+                                            "layer_types": ["sliding"] * 51 + ["full"]}}
+    assert cut_target(with_types, 8)["text_config"]["layer_types"] == ["sliding"] * 8
     cut = cut_target(target, 8)
     assert cut["text_config"]["num_hidden_layers"] == 8
     assert cut["text_config"]["hidden_size"] == target["text_config"]["hidden_size"]
