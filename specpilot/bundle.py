@@ -233,17 +233,19 @@ def token_force(models, recipe, budget: dict) -> dict:
     from specpilot.fingerprint import current
     from specpilot.recipe import AR
     from specpilot.validation import validate_engine
+    from specpilot.validation.twin import strict_float32
     from specpilot.validation.twin import twin_of
 
-    models = twin_of(models)  # a random-weight setting's validation twin, else the same models
+    models = twin_of(models, recipe)  # a random-weight setting's validation twin, else these
     texts = load_prompts(budget["dataset"], budget["num_prompts"])
     prompts = [models.tokenizer.encode(t).ids for t in texts]
     params = SamplingParams(max_new_tokens=budget["max_new_tokens"])
-    report = validate_engine(models.engine(AR), models.engine(recipe), prompts, params,
-                             epsilon=budget["epsilon"],
-                             max_mismatch_rate=budget["max_mismatch_rate"],
-                             num_canaries=budget["num_canaries"], seed=budget["seed"],
-                             name=recipe.name).to_dict()
+    with strict_float32(models.setting.engine.dtype == "float32"):
+        report = validate_engine(models.engine(AR), models.engine(recipe), prompts, params,
+                                 epsilon=budget["epsilon"],
+                                 max_mismatch_rate=budget["max_mismatch_rate"],
+                                 num_canaries=budget["num_canaries"], seed=budget["seed"],
+                                 name=recipe.name).to_dict()
     report["mismatches"] = report["mismatches"][:20]
     device = "cuda" if models.setting.engine.device.startswith("cuda") else "cpu"
     return {"report": report, "budget": budget, "fingerprint": current(device).to_dict(),

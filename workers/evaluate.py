@@ -26,6 +26,9 @@ from pathlib import Path
 
 _LOADED: dict = {}
 """Models loaded by this process, by setting: several jobs in one process share the weights."""
+_TWINS: dict = {}
+"""Validation twins loaded by this process, by (setting, whether the engine's dtype is kept):
+cleared with ``_LOADED`` (``specpilot.validation.twin``)."""
 
 
 def _models(setting_name: str, speculative: bool = True):
@@ -36,24 +39,25 @@ def _models(setting_name: str, speculative: bool = True):
     if cached is not None and (cached.drafter is not None or not speculative):
         return cached
     _LOADED.clear()  # one setting's weights at a time (two seed-scale targets do not fit)
+    _TWINS.clear()
     _LOADED[setting_name] = load_models(load_setting(setting_name), with_drafter=speculative)
     return _LOADED[setting_name]
 
 
-_TWINS: dict = {}
-"""Validation twins loaded by this process, by setting (``specpilot.validation.twin``)."""
-
-
-def _validation_models(models):
-    """What candidates of ``models``' setting are token-forced on: the same models, or the
-    setting's validation twin (a depth-cut float32 copy of random seed-scale weights)."""
+def _validation_models(models, recipe):
+    """What ``recipe`` of ``models``' setting is token-forced on: the same models, or the
+    setting's validation twin (a depth-cut float32 copy of random seed-scale weights; in the
+    engine's dtype for a recipe with bf16-only kernels)."""
+    from specpilot.validation.twin import needs_engine_dtype
     from specpilot.validation.twin import twin_of
 
-    name = models.setting.name
-    if _TWINS.get(name, (None,))[0] is not models:  # loaded once per setting's models
-        _TWINS.clear()
-        _TWINS[name] = (models, twin_of(models))
-    return _TWINS[name][1]
+    val = models.setting.validation
+    if val.depth is None and val.dtype is None:
+        return models
+    key = (models.setting.name, needs_engine_dtype(recipe))
+    if key not in _TWINS:
+        _TWINS[key] = twin_of(models, recipe)
+    return _TWINS[key]
 
 
 def _engine(models, recipe_dict: dict, fault: str | None = None):
@@ -138,22 +142,24 @@ def candidate(job: dict) -> dict:
     from specpilot.recipe import AR
     from specpilot.datasets import load_prompts
     from specpilot.validation import validate_engine
+    from specpilot.validation.twin import strict_float32
 
     models = _models(job["setting"])
     setting = models.setting
     start = time.monotonic()
     engine = _engine(models, job["recipe"], job.get("fault"))
-    twin = _validation_models(models)  # token forcing's models; speed is measured on `models`
+    twin = _validation_models(models, engine.recipe)  # token forcing's; speed runs on `models`
     forced = engine if twin is models else _engine(twin, job["recipe"], job.get("fault"))
     val = setting.validation
     spec = job.get("validation", {})
     texts = load_prompts(val.dataset, spec.get("num_prompts") or val.num_prompts)
     prompts = [twin.tokenizer.encode(t).ids for t in texts]
     params = SamplingParams(max_new_tokens=spec.get("max_new_tokens") or val.max_new_tokens)
-    report = validate_engine(twin.engine(AR), forced, prompts, params, epsilon=val.epsilon,
-                             max_mismatch_rate=val.max_mismatch_rate,
-                             num_canaries=val.num_canaries, seed=job.get("seed", 0),
-                             name=job.get("name", "candidate"))
+    with strict_float32(twin.setting.engine.dtype == "float32"):
+        report = validate_engine(twin.engine(AR), forced, prompts, params, epsilon=val.epsilon,
+                                 max_mismatch_rate=val.max_mismatch_rate,
+                                 num_canaries=val.num_canaries, seed=job.get("seed", 0),
+                                 name=job.get("name", "candidate"))
     validation = {k: v for k, v in report.to_dict().items() if k != "mismatches"}
     validation["mismatches"] = report.mismatches[:20]
     out = {"valid": report.passed, "validation": validation,

@@ -51,10 +51,13 @@ def publish(record: dict, results_dir: str | Path | None = None,
     return record
 
 
-def validation_record(report, setting, engine: str, recipe=None) -> dict:
-    """A ``validate`` record from a token-forcing ``Report`` (``specpilot.validation``)."""
+def validation_record(report, setting, engine: str, recipe=None, ran_on=None) -> dict:
+    """A ``validate`` record from a token-forcing ``Report`` (``specpilot.validation``) for
+    ``setting``; ``ran_on``: the setting token forcing ran (its validation twin), default itself."""
     body = report.to_dict()
-    return {**header("validate", setting, engine, recipe), "dtype": setting.engine.dtype,
-            "depth": setting.validation.depth,  # a cut twin's target layers (None: full depth)
+    ran_on = ran_on or setting
+    depth = ran_on.validation.depth if ran_on is not setting else None
+    return {**header("validate", setting, engine, recipe), "dtype": ran_on.engine.dtype,
+            "depth": depth,  # a cut twin's target layers (None: the setting's own models)
             "acceptance": "measured",
             "passed": body["passed"], "tau": body["tau"], "report": body}

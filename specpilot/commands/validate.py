@@ -49,26 +49,27 @@ def run(args: Args) -> int:
     from specpilot.validation.twin import strict_float32
     from specpilot.validation.twin import validation_models
 
+    setting = load_setting(args.setting)
+    recipe = None if args.engine.startswith("broken:") else recipe_for(setting, args.engine)
     # the setting's models, or its validation twin ([validation] depth / dtype, or --dtype)
-    models = validation_models(load_setting(args.setting), with_drafter=args.engine != "ar",
-                               dtype=args.dtype)
-    setting = models.setting
-    if setting.engine.dtype == "float32":
-        strict_float32()
+    models = validation_models(setting, with_drafter=args.engine != "ar", dtype=args.dtype,
+                               recipe=recipe)
     val = setting.validation
     count = args.num_prompts or val.num_prompts
     texts = (prompts_file(args.prompts_file, count) if args.prompts_file
              else load_prompts(args.dataset or val.dataset, count))
     prompts = [models.tokenizer.encode(t).ids for t in texts]
     params = SamplingParams(max_new_tokens=args.max_new_tokens or val.max_new_tokens)
-    report = validate_engine(models.engine(AR), build_engine(models, args.engine), prompts, params,
-                             epsilon=val.epsilon, max_mismatch_rate=val.max_mismatch_rate,
-                             num_canaries=val.num_canaries, seed=args.seed, name=args.engine)
+    with strict_float32(models.setting.engine.dtype == "float32"):
+        report = validate_engine(models.engine(AR), build_engine(models, args.engine), prompts,
+                                 params, epsilon=val.epsilon,
+                                 max_mismatch_rate=val.max_mismatch_rate,
+                                 num_canaries=val.num_canaries, seed=args.seed, name=args.engine)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_dict(), f, indent=2)
-    recipe = None if args.engine.startswith("broken:") else recipe_for(setting, args.engine)
-    publish(validation_record(report, setting, args.engine, recipe), args.results_dir)
+    publish(validation_record(report, setting, args.engine, recipe, ran_on=models.setting),
+            args.results_dir)
     verdict = "PASS" if report.passed else "FAIL"
     print(f"{verdict} {args.setting} --engine {args.engine}: {report.num_prompts} prompts, "
           f"{report.num_tokens} tokens, {report.num_mismatches} mismatches "

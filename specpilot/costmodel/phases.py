@@ -262,12 +262,13 @@ def admission_ms(target_config: dict, drafter_config: dict | None, gpu: Gpu, num
     requests that join together (one padded forward, :func:`prefill_ms`), plus the decode its free
     row forgoes while its group gathers. Requests finish at ``finishes_per_step`` (concurrency x
     tau / tokens per request). At once (``ratio`` 0) a group is whoever finished in one step;
-    grouped, it gathers up to ``ratio`` x ``num_requests`` requests for at most ``max_wait_steps``
-    more steps, its rows idling half that wait on average, each idle row-step worth ``step_ms`` /
-    ``num_requests``. Returns the group size and the two parts."""
+    grouped, it gathers until ``ratio`` x the requests still running can join (g = ratio x
+    (num_requests - g)), for at most ``max_wait_steps`` more steps, its rows idling half that wait
+    on average, each idle row-step worth ``step_ms`` / ``num_requests``. Returns the group size
+    and the two parts."""
     f = finishes_per_step
     at_once = max(1.0, f)
-    group = at_once if ratio == 0 else max(at_once, min(ratio * num_requests,
+    group = at_once if ratio == 0 else max(at_once, min(ratio * num_requests / (1 + ratio),
                                                         f * (max_wait_steps + 1)))
     size = max(1, round(group))
     prefill = prefill_ms(target_config, drafter_config, gpu, size, prompt_tokens, True,

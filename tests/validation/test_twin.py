@@ -67,7 +67,7 @@ def test_a_twin_too_shallow_for_the_drafter_or_the_target_is_a_clear_error():
 
 def _seed_like_setting(root: Path, name: str = "cpu_seed_like") -> str:
     """A random-weight setting of the Qwen3.8-27B + DFlash2 structure (64 layers, 5 drafter taps)
-    at tiny widths, in bf16, whose candidates are token-forced on a 6-layer float32 twin."""
+    at tiny widths, in bf16, whose candidates are token-forced on an 8-layer float32 twin."""
     sizes = {**SHRUNK_SIZES, "vocab_size": 4096}  # the generated tokenizer's ids fit
     target, drafter = (shrink_config(c, sizes) for c in _configs("h200_c1_qwen38-27b_dflash2"))
     folder = root / name
@@ -100,7 +100,7 @@ max_new_tokens = 8
 num_prompts = 2
 max_new_tokens = 12
 epsilon = 0.05
-depth = 6
+depth = 8
 dtype = "float32"
 """)
     return name
@@ -121,14 +121,14 @@ def test_validate_runs_on_the_twin(seed_like, tmp_path, capsys):
     from specpilot.validation.twin import validation_models
 
     twin = validation_models(load_setting(seed_like))
-    assert twin.target.num_layers == 6 and twin.setting.engine.dtype == "float32"
+    assert twin.target.num_layers == 8 and twin.setting.engine.dtype == "float32"
     assert twin.target.lm_head.weight.dtype.is_floating_point
     assert str(twin.target.lm_head.weight.dtype) == "torch.float32"
     assert cli.main(["validate", seed_like, "--engine", "stock"]) == 0
     assert f"PASS {seed_like} --engine stock" in capsys.readouterr().out
     [row] = store.read_table(tmp_path / "results", kind="validate").to_pylist()
     record = json.loads(row["metrics_json"])
-    assert (record["dtype"], record["depth"]) == ("float32", 6)
+    assert (record["dtype"], record["depth"]) == ("float32", 8)
     # the deliberately broken engine fails on the twin too
     assert cli.main(["validate", seed_like, "--engine", "broken:accept-all-drafts"]) == 1
 
@@ -139,17 +139,43 @@ def test_the_campaign_worker_token_forces_on_the_twin_and_times_the_full_models(
     job = {"setting": seed_like, "recipe": STOCK.replace(block_size=4).to_dict(),
            "champion": STOCK.to_dict(), "name": "block-size-4",
            "bench": {"num_prompts": 1, "max_new_tokens": 8, "budget_s": 1.0, "max_rounds": 2}}
-    out = evaluate.candidate(job)
-    assert out["valid"], out["validation"]
-    assert out["validation"]["num_tokens"] == 24  # 2 prompts x 12: the [validation] budget
-    assert out["compare"]["median_speedup"] > 0
-    models = evaluate._models(seed_like)
-    assert models.target.num_layers == 64  # speed ran on the full-depth bf16 models
-    assert str(models.target.lm_head.weight.dtype) == "torch.bfloat16"
-    canary = evaluate.candidate({**job, "fault": "accept-all-drafts", "name": "canary"})
-    assert not canary["valid"] and "compare" not in canary
-    evaluate._LOADED.clear()
-    evaluate._TWINS.clear()
+    try:
+        out = evaluate.candidate(job)
+        assert out["valid"], out["validation"]
+        assert out["validation"]["num_tokens"] == 24  # 2 prompts x 12: the [validation] budget
+        assert out["compare"]["median_speedup"] > 0
+        models = evaluate._models(seed_like)
+        assert models.target.num_layers == 64  # speed ran on the full-depth bf16 models
+        assert str(models.target.lm_head.weight.dtype) == "torch.bfloat16"
+        [twin] = evaluate._TWINS.values()
+        assert twin.target.num_layers == 8 and twin.setting.engine.dtype == "float32"
+        canary = evaluate.candidate({**job, "fault": "accept-all-drafts", "name": "canary"})
+        assert not canary["valid"] and "compare" not in canary
+    finally:
+        evaluate._LOADED.clear()
+        evaluate._TWINS.clear()
+
+
+def test_a_recipe_with_bf16_only_kernels_is_forced_on_a_twin_in_the_engine_dtype(seed_like):
+    """The Triton GEMM and W12 run only in bf16: on a float32 twin they would fall back to torch's
+    GEMM unchecked, so their recipes get the cut twin in the engine's bf16."""
+    from specpilot.settings import load_setting
+    from specpilot.validation.twin import needs_engine_dtype
+    from specpilot.validation.twin import validation_models
+
+    triton = STOCK.replace(gemm="triton")
+    assert needs_engine_dtype(triton) and needs_engine_dtype(STOCK.replace(w12=("lm_head",)))
+    assert not needs_engine_dtype(STOCK)
+    twin = validation_models(load_setting(seed_like), recipe=triton)
+    assert twin.target.num_layers == 8 and twin.setting.engine.dtype == "bfloat16"
+    assert validation_models(load_setting(seed_like), recipe=triton, dtype="float32") \
+        .setting.engine.dtype == "float32"  # an explicit dtype still wins
+
+
+def test_a_cut_that_would_shift_a_derived_layer_pattern_is_refused():
+    target, _ = _configs("h200_c1_muse-glimmer-30b_dflash2")  # global every 4th from the last
+    with pytest.raises(SpecPilotError, match="layers - depth is a multiple of 4"):
+        cut_target(target, 6)
 
 
 @pytest.mark.parametrize("name", ["h200_c1_qwen38-27b_dflash2", "h200_c1_qwen38-27b_dspark",
