@@ -29,6 +29,7 @@ import torch
 
 from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
+from specpilot.engines.cache import request_state_bytes
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.drafters.replay import ReplayPlan
@@ -448,9 +449,7 @@ def release_memory(device: torch.device) -> None:
 def _out_of_memory(engine: Engine, max_batch: int, err: Exception) -> str:
     """Why a batch of ``max_batch`` rows does not fit, and what to change."""
     recipe = engine.recipe
-    with torch.device("meta"):  # one request's Gated-DeltaNet states, all layers (stacked)
-        stacked = engine.target.new_cache(1, 1, recipe.gdn_rollback).recurrent
-    state = 0 if stacked is None else stacked.numel() * stacked.element_size()
+    state = request_state_bytes(engine.target, recipe.gdn_rollback)
     rows = engine.block_size if recipe.gdn_rollback == "snapshot" and engine.drafter else 1
     hint = (f"; its snapshot rollback keeps {rows} recurrent states per row in every verify "
             f"({rows * state * max_batch / 2**30:.1f} GiB at {max_batch} rows): "

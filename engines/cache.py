@@ -123,7 +123,7 @@ class GDNState:
     """
 
     tree = None  # the TreeLayout a tree view runs
-    lengths = None  # [B]: a padded view's real rows per sequence; the rows after them are padding
+    padding = None  # a padded view's CommitIndex of the real rows per sequence (shared by layers)
     snapshot_kernel = "per-token"  # how a verify keeps its per-token states (recipe gdn_snapshot)
 
     def __init__(self, num_rows: int, conv_dim: int, conv_kernel: int, num_v_heads: int,
@@ -164,12 +164,13 @@ class GDNState:
             return None
         return buffer
 
-    def with_lengths(self, lengths: torch.Tensor) -> "GDNState":
+    def with_lengths(self, real: "CommitIndex") -> "GDNState":
         """A view (shared state) for a forward over right-padded rows: sequence b's rows from
-        ``lengths[b]`` on leave its state exactly as it was (log decay 0, beta 0: ``S * exp(0) +
-        k * 0``), and its conv state ends at its last real row."""
+        ``real.num_rows[b]`` on leave its state exactly as it was (log decay 0, beta 0:
+        ``S * exp(0) + k * 0``), and its conv state ends at its last real row. ``real``'s index
+        tensors are shared by every layer of the forward."""
         view = self.rows(slice(None))
-        view.lengths = lengths
+        view.padding = real
         return view
 
     def with_tree(self, tree) -> "GDNState":
@@ -351,7 +352,8 @@ class ModelCache:
         each (:meth:`GDNState.with_lengths`); attention layers write the padding rows too, and
         :meth:`truncate` then drops them. The caller keeps the padded width within every ring
         layer's capacity (a padding row must not overwrite a real one)."""
-        return ModelCache([c.with_lengths(lengths) if isinstance(c, GDNState) else c
+        real = CommitIndex(lengths)
+        return ModelCache([c.with_lengths(real) if isinstance(c, GDNState) else c
                            for c in self.layers], self._stacks())
 
     def truncate(self, lengths: torch.Tensor) -> None:
@@ -420,6 +422,14 @@ def _stack_in_place(states: list[GDNState], name: str) -> torch.Tensor | None:
         view.copy_(getattr(state, name))
         setattr(state, name, view)
     return stack
+
+
+def request_state_bytes(target, rollback: str = "snapshot") -> int:
+    """One request's Gated-DeltaNet recurrent states over all layers of ``target``, in bytes (0:
+    no such layers, or layers that do not stack); nothing is allocated."""
+    with torch.device("meta"):
+        stacked = target.new_cache(1, 1, rollback).recurrent
+    return 0 if stacked is None else stacked.numel() * stacked.element_size()
 
 
 def _same_layout(buffer: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> bool:

@@ -55,18 +55,14 @@ def check(setting) -> dict:
     stops = [(ref[len(ref) // 2],) if i % 2 else () for i, ref in enumerate(alone)]
     expected = [ref[:ref.index(s[0]) + 1] if s else ref for ref, s in zip(alone, stops)]
     out = {"setting": setting.name, "device": str(ar.device), "num_requests": NUM_REQUESTS}
-    stock = models.engine(STOCK)
-    single = [stock.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
-              for p, n in zip(prompts, lengths)]
-    out["single_stock"] = {"graphs": stock.use_graphs,
-                           "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
-                           "tau": _tau([n for s in single for n in s.accept_lengths])}
     fused = STOCK.replace(gdn_snapshot="fused")
-    single = [models.engine(fused).generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
-              for p, n in zip(prompts, lengths)]
-    out["single_stock_fused_snapshot"] = {
-        "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
-        "tau": _tau([n for s in single for n in s.accept_lengths])}
+    for label, recipe in (("single_stock", STOCK), ("single_stock_fused_snapshot", fused)):
+        engine = models.engine(recipe)
+        single = [engine.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
+                  for p, n in zip(prompts, lengths)]
+        out[label] = {"graphs": engine.use_graphs,
+                      "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
+                      "tau": _tau([n for s in single for n in s.accept_lengths])}
     for label, recipe in (("batched_ar", AR), ("batched_stock", STOCK),
                           ("batched_stock_replay", STOCK.replace(gdn_rollback="replay")),
                           ("batched_ar_prefill", AR.replace(batched_prefill=True)),

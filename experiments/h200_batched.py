@@ -60,10 +60,8 @@ def run_setting(name: str, args) -> list[dict]:
                             num_prompts=max(PROMPTS_BY_LEVEL.get(c, 2 * c) for c in levels),
                             max_new_tokens=args.max_new_tokens)
     replay = replay_for(models, workload, spec=args.acceptance)
-    pairs = ([tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs
-             else [(args.a, args.b)])
     setup_s, records = time.time() - started, []
-    for k, (a, b) in enumerate(pairs):
+    for k, (a, b) in enumerate(args.pairs):
         pair_started = time.time()
         engines = {"a": models.engine(recipe_for(setting, a)),
                    "b": models.engine(recipe_for(setting, b))}
@@ -102,8 +100,11 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
-    if args.pairs and any(len(p.split(":")) != 2 for p in args.pairs.split(",")):
+    pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [(args.a,
+                                                                                       args.b)]
+    if any(len(pair) != 2 for pair in pairs):
         parser.error(f"--pairs must be A:B,A:B,..; got {args.pairs!r}")
+    args.pairs = pairs
     OUT.mkdir(parents=True, exist_ok=True)
     for name in args.settings.split(","):
         run_setting(name, args)

@@ -180,22 +180,22 @@ class Recipe:
 
     def hash(self) -> str:
         data = {k: v for k, v in self.to_dict().items() if k != "name"}
-        if not data["w12"]:
-            del data["w12"]  # recipes that predate the w12 field keep their hash
-        if not self.tree_verify:  # ... and so do those that predate tree verification
+        # recipes that predate a field keep their hash while they leave it at its default
+        for field, default in _ADDED_FIELDS.items():
+            if data[field] == default:
+                del data[field]
+        if not self.tree_verify:  # ... and tree verification's fields while it is off
             for field in ("tree_branches", "tree_positions", "tree_max_nodes"):
                 del data[field]
-        if not data["batched_prefill"]:  # ... and those that predate batched prefill
-            del data["batched_prefill"]
-        if data["gdn_snapshot"] == "per-token":  # ... or the fused snapshot kernel
-            del data["gdn_snapshot"]
-        if not self.admit_ratio:  # ... or grouped admission
-            del data["admit_ratio"], data["admit_max_wait_steps"]
         return stable_hash(data)
 
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **changes)
 
+
+_ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
+                 "admit_ratio": 0.0, "admit_max_wait_steps": 0}
+"""Fields added after recipes were first hashed, with the default that leaves them out of it."""
 
 STOCK = Recipe(name="stock")
 AR = Recipe(name="ar", speculative=False)

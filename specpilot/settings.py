@@ -74,6 +74,11 @@ class Validation:
     dtype: str | None = None
     """The dtype token forcing runs in (default: the engine's), e.g. float32 for that twin."""
 
+    @property
+    def has_twin(self) -> bool:
+        """Whether token forcing runs on a twin of the setting's models (a depth or a dtype)."""
+        return self.depth is not None or self.dtype is not None
+
     def __post_init__(self):
         _check(self.depth is None or (type(self.depth) is int and self.depth >= 2),
                f"[validation] depth must be an integer >= 2, got {self.depth!r}")

@@ -51,9 +51,6 @@ def _validation_models(models, recipe):
     from specpilot.validation.twin import needs_engine_dtype
     from specpilot.validation.twin import twin_of
 
-    val = models.setting.validation
-    if val.depth is None and val.dtype is None:
-        return models
     key = (models.setting.name, needs_engine_dtype(recipe))
     if key not in _TWINS:
         _TWINS[key] = twin_of(models, recipe)

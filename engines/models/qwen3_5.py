@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specpilot.engines.cache import CommitIndex
 from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
@@ -133,22 +132,20 @@ class Qwen3_5GatedDeltaNet(Fusable):
         k = k.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
         v = v.reshape(num_seqs, num_tokens, -1, self.head_v_dim)
         beta, g = self.op(gdn_gates)(a, b, self.A_log, self.dt_bias)
-        padding = None
-        if state.lengths is not None:  # right-padded rows leave the state as it is
-            padding = (torch.arange(num_tokens, device=g.device)[None]
-                       >= state.lengths[:, None])[..., None]  # [S, T, 1]
-            g, beta = g.masked_fill(padding, 0.0), beta.masked_fill(padding, 0.0)
+        if state.padding is not None:  # right-padded rows leave the state as it is
+            drop = state.padding.dropped_rows(num_tokens)[..., None]  # [S, T, 1]
+            g, beta = g.masked_fill(drop, 0.0), beta.masked_fill(drop, 0.0)
         keep_steps = not commit_all and state.rollback == "snapshot"
         buffer = state.snapshot_buffer(num_seqs, num_tokens) if keep_steps else None
         out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer,
                                              state.snapshot_kernel)
         if commit_all:
             kernel_minus_1 = state.conv.shape[-1]
-            if padding is None:
+            if state.padding is None:
                 state.conv.copy_(window[:, :, window.shape[-1] - kernel_minus_1:])
             else:  # the conv state after each sequence's real rows
-                index = CommitIndex(state.lengths).conv_window(window, kernel_minus_1)
-                state.conv.copy_(window.gather(2, index))
+                state.conv.copy_(window.gather(2, state.padding.conv_window(window,
+                                                                            kernel_minus_1)))
             state.recurrent.copy_(final)
         else:
             state.pending = PendingRows(window, steps, None if keep_steps else (q, k, v, g, beta))

@@ -291,8 +291,8 @@ def snapshot_traffic_ms(target_config: dict, gpu: Gpu, num_requests: int, rows: 
     """Time the snapshot verify's recurrent-state traffic takes at the read ceiling with
     ``kernel`` (the recipe's ``gdn_snapshot``): the ``gdn-fused-snapshot`` mechanism's term is
     the difference between the two kernels."""
-    with torch.device("meta"):
-        stacked = _meta_model(target_config).new_cache(1, 1, "snapshot").recurrent
-    state = 0 if stacked is None else stacked.numel() * stacked.element_size()
+    from specpilot.engines.cache import request_state_bytes
+
+    state = request_state_bytes(_meta_model(target_config))
     moves = SNAPSHOT_STATE_MOVES[kernel](rows)
     return gpu.time_ms(num_requests * moves * state, 0.0)

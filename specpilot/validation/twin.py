@@ -156,8 +156,7 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
 def twin_of(models, recipe=None):
     """``models`` themselves when their setting validates on its own models, else its validation
     twin for ``recipe`` (run the forcing inside :func:`strict_float32` when it is float32)."""
-    val = models.setting.validation
-    if val.depth is None and val.dtype is None:
+    if not models.setting.validation.has_twin:
         return models
     return validation_models(models.setting, with_drafter=models.drafter is not None,
                              recipe=recipe)
