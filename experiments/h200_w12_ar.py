@@ -1,53 +1,148 @@
-"""H200: AR decode with W12 target weights (target linears + lm_head) vs bf16, side by side.
+"""H200: W12 target weights vs bf16 end to end, after tuning both GEMMs at the engine's shapes.
 
-Interleaved per prompt (AB/BA), same prompts, CUDA graphs on both; bootstrap CI of the median
-per-prompt ratio bf16 ms/token / W12 ms/token (> 1: W12 faster). Writes $OUT/h200_w12_ar.json.
+1. ``--tune`` (default on): for every distinct Linear shape of the target (its merged projections
+   and the lm_head), the ``experiments/kernels_h200.py`` sweep at ``--ms`` (cuBLAS, the bf16 Triton
+   GEMM's and the W12 GEMM's SWEEP configs, each checked against the fp64 result before it is
+   timed, rotating weight copies, CUDA-graph replays). The best config per (op, shape, M bucket)
+   is stored in the tuned-config cache for this exact environment, so the engines below launch
+   tuned kernels. Rows and their table go to ``$OUT/h200_w12_kernels.json``.
+2. AR decode, one request: ``bf16`` (the AR recipe: cuBLAS), ``bf16-triton`` (tuned bf16 Triton
+   GEMM) and ``w12`` (target Linears + lm_head on W12), interleaved per prompt in a rotating
+   order, same prompts, CUDA graphs on all. Per engine pair, the bootstrap CI of the median
+   per-prompt ratio of ms/token (> 1: the second is faster).
+3. ``--spec``: the same for stock DFlash2 with replayed acceptance, ``stock`` vs ``stock+w12-target``
+   (the verify forward runs the W12 GEMM at M = block size).
 
-Run from the repo root: PYTHONPATH=$PWD python3 experiments/h200_w12_ar.py
+Writes ``$OUT/h200_w12_ar.json``. Run from the repo root:
+``python3 experiments/h200_w12_ar.py [--ms 1,16] [--rounds 3] [--spec]``
 """
 
+import argparse
+import itertools
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-from specpilot import fingerprint
-from specpilot.bench.runner import run_prompt
-from specpilot.bench.runner import warm_up
-from specpilot.bench.stats import estimate_speedup
-from specpilot.bench.workload import workload_for
-from specpilot.build import load_models
-from specpilot.recipe import AR
-from specpilot.settings import load_setting
-
+ROOT = Path(__file__).resolve().parent
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 SETTING = "h200_c1_qwen38-27b_dflash2"
 
 
+def engine_shapes(model) -> dict[str, tuple[int, int]]:
+    """``name: (K, N)`` of each distinct Linear weight shape of ``model``."""
+    from specpilot.engines.models.layers import Linear
+
+    shapes = {}
+    for name, module in model.named_modules():
+        if isinstance(module, Linear):
+            n, k = module.weight.shape
+            shapes.setdefault((k, n), name)
+    return {name.replace(".", "_"): kn for kn, name in shapes.items()}
+
+
+def tune(model, ms: list[int], budget_s: float) -> dict:
+    """The kernels_h200 sweep at the model's shapes; seeds the tuned cache with the winners."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    import kernels_h200 as kb
+    from specpilot.fingerprint import current
+    from specpilot.kernels.common.roofline import CEILINGS
+    from specpilot.kernels.common.roofline import ceiling_for
+    from specpilot.kernels.tuning.seed import seed_from_results
+
+    fp = current("cuda")
+    ceiling = ceiling_for(fp.gpu) or CEILINGS["NVIDIA H200"]
+    state = {"start": time.time(), "budget_s": budget_s, "over_budget": False, "best": {},
+             "broken": {}}
+    report = {"fingerprint": fp.to_dict(), "kernel_key": fp.kernel_key(), "ceiling": vars(ceiling),
+              "shapes": engine_shapes(model), "checks": kb.run_checks(), "rows": []}
+    for name, (k, n) in report["shapes"].items():
+        state["best"] = {}
+        report["rows"].extend(kb.bench_shape(name, k, n, ms, ceiling, state))
+        torch.cuda.empty_cache()
+    report["elapsed_s"] = time.time() - state["start"]
+    report["table"] = kb.table(report["rows"])
+    print(report["table"], flush=True)
+    path = OUT / "h200_w12_kernels.json"
+    path.write_text(json.dumps(report, indent=1, default=str))
+    report["seeded"] = seed_from_results(path, ops=("skinny_gemm", "w12_gemm"))
+    return {k: report[k] for k in ("shapes", "elapsed_s", "seeded")}
+
+
+def interleave(engines: dict, workload, rounds: int, replay=None) -> dict:
+    """Every prompt on every engine, in a rotating order; ratios of each pair of engines."""
+    from specpilot.bench.runner import run_prompt
+    from specpilot.bench.stats import estimate_speedup
+
+    names = list(engines)
+    runs = []
+    for rnd in range(rounds):
+        for i in range(len(workload.prompts)):
+            shift = (rnd + i) % len(names)
+            order = names[shift:] + names[:shift]
+            ms = {k: run_prompt(engines[k], workload, i, replay=replay)["ms_per_token"]
+                  for k in order}
+            runs.append({"round": rnd, "prompt": i, **ms})
+    pairs = {}
+    for a, b in itertools.combinations(names, 2):
+        est = estimate_speedup([r[a] / r[b] for r in runs])
+        pairs[f"{b}_over_{a}"] = {"median_speedup": est.median_speedup, "ci95": list(est.ci95)}
+    medians = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in names}
+    return {"runs": runs, "median_ms_per_token": medians, "speedups": pairs}
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ms", default="1,16", help="M values the GEMM sweep tunes")
+    parser.add_argument("--budget-s", type=float, default=150.0, help="GEMM sweep budget")
+    parser.add_argument("--no-tune", action="store_true", help="use the cache as it is")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spec", action="store_true", help="also stock vs stock+w12-target")
+    parser.add_argument("--note", default="")
+    args = parser.parse_args()
+
+    from specpilot import fingerprint
+    from specpilot.bench.runner import warm_up
+    from specpilot.bench.workload import replay_for
+    from specpilot.bench.workload import workload_for
+    from specpilot.build import load_models
+    from specpilot.engine_names import recipe_for
+    from specpilot.recipe import AR
+    from specpilot.settings import load_setting
+
+    OUT.mkdir(parents=True, exist_ok=True)
     setting = load_setting(SETTING)
     t0 = time.time()
-    models = load_models(setting, with_drafter=False)
+    models = load_models(setting, with_drafter=args.spec)
     result = {"fingerprint": fingerprint.current("cuda").to_dict(), "setting": SETTING,
-              "load_s": time.time() - t0}
-    engines = {"bf16": models.engine(AR)}
+              "note": args.note, "load_s": time.time() - t0}
+    if not args.no_tune:
+        result["tune"] = tune(models.target, [int(m) for m in args.ms.split(",")], args.budget_s)
+    engines = {"bf16": models.engine(AR),
+               "bf16-triton": models.engine(AR.replace(name="ar_triton", gemm="triton"))}
     t0 = time.time()
     engines["w12"] = models.engine(AR.replace(name="ar_w12", w12=("target", "lm_head")))
     result["pack_s"], result["w12_bytes"] = time.time() - t0, models.w12_nbytes()
     workload = workload_for(setting, models.tokenizer, num_prompts=6, max_new_tokens=96)
     result["warmup_s"] = {k: warm_up(e, workload) for k, e in engines.items()}
-    pairs = []
-    for rnd in range(3):
-        for i in range(len(workload.prompts)):
-            order = ("bf16", "w12") if (rnd + i) % 2 == 0 else ("w12", "bf16")
-            ms = {k: run_prompt(engines[k], workload, i)["ms_per_token"] for k in order}
-            pairs.append({"round": rnd, "prompt": i, **ms, "ratio": ms["bf16"] / ms["w12"]})
-    estimate = estimate_speedup([p["ratio"] for p in pairs])
-    result.update({"pairs": pairs, "median_speedup_w12_over_bf16": estimate.median_speedup,
-                   "ci95": list(estimate.ci95)})
-    print(json.dumps({k: v for k, v in result.items() if k != "pairs"}, indent=1), flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "h200_w12_ar.json").write_text(json.dumps(result, indent=1))
+    result["ar"] = interleave(engines, workload, args.rounds)
+    print(json.dumps({k: result["ar"][k] for k in ("median_ms_per_token", "speedups")}, indent=1),
+          flush=True)
+    (OUT / "h200_w12_ar.json").write_text(json.dumps(result, indent=1, default=str))
+    if args.spec:
+        del engines
+        replay = replay_for(models, workload)
+        spec = {name: models.engine(recipe_for(setting, name))
+                for name in ("stock", "stock+w12-target")}
+        result["spec_warmup_s"] = {k: warm_up(e, workload, replay) for k, e in spec.items()}
+        result["spec"] = interleave(spec, workload, args.rounds, replay=replay)
+        result["spec"]["acceptance"] = setting.scenario.acceptance_profile
+        print(json.dumps({k: result["spec"][k] for k in ("median_ms_per_token", "speedups")},
+                         indent=1), flush=True)
+    (OUT / "h200_w12_ar.json").write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":

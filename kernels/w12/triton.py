@@ -10,6 +10,15 @@ Decode of one weight (``DECODE="int"``, plain Triton integer ops)::
 (``prmt`` bytes into 16-bit lanes, ``and``, two ``mad``, ``add``: REFERENCE-kernels.md §3.4). It
 needs a GPU; the interpreter runs ``"int"``. Both are bit-exact by construction, and every kernel
 using them is checked against the reference before it is timed.
+
+The GEMMs decode *without the base* (:func:`w12_decode_scaled`): the exponent field becomes
+``C0 + code`` for a constant ``C0`` (0x70, or 0x80 for a window above 239), i.e. every weight times
+``2^(C0 - base)``, and the kernel multiplies its fp32 sums by ``2^(base - C0)`` once
+(:func:`window_scale`). A power-of-two scale commutes with fp32 rounding, so the sums equal those of
+the true weights (outside fp32 underflow). What that buys: ``C0 | code`` is one OR with a constant,
+so the decode is a chain of integer ops on the two loaded tiles and compile-time constants, which
+Triton moves past the layout conversion into the MMA operand layout: the bytes go from shared memory
+straight into the A fragments and are decoded there, with no bf16 round trip through shared memory.
 """
 
 import torch
@@ -34,6 +43,75 @@ PRMT_LO: tl.constexpr = tl.constexpr(
     _PRMT_HEAD + "and.b32 w12n, $3, 0x0F0F0F0F;" + _PRMT_PAIRS + "\n}")
 PRMT_HI: tl.constexpr = tl.constexpr(
     _PRMT_HEAD + "shr.b32 w12n, $3, 4;\nand.b32 w12n, w12n, 0x0F0F0F0F;" + _PRMT_PAIRS + "\n}")
+
+
+# Base-free decode (C0 in the exponent field), two weights per 32-bit register: ``prmt`` the sm
+# bytes and the (code | C0) bytes into 16-bit lanes, move the sign from bit 7 to bit 15
+# (``u + (u & 0x80) * 255``) and add ``(C0 | code) << 7`` with one ``mad``; no lane can carry.
+_SCALED_BODY = """
+prmt.b32 w12u, $2, w12z, {sel};
+prmt.b32 w12c, w12n, w12z, {sel};
+and.b32 w12s, w12u, 0x00800080;
+mad.lo.u32 w12u, w12s, 255, w12u;
+mad.lo.u32 {dst}, w12c, 128, w12u;"""
+_SCALED_PAIRS = (_SCALED_BODY.format(sel="0x4140", dst="$0")
+                 + _SCALED_BODY.format(sel="0x4342", dst="$1"))
+
+
+def _scaled_asm(hi: bool, c0: int) -> str:
+    shift = "shr.b32 w12n, $3, 4;\nand.b32 w12n, w12n, 0x0F0F0F0F;" if hi else \
+        "and.b32 w12n, $3, 0x0F0F0F0F;"
+    return (_PRMT_HEAD + shift + f"\nor.b32 w12n, w12n, {c0 * 0x01010101:#010x};"
+            + _SCALED_PAIRS + "\n}")
+
+
+SCALED_LO_70: tl.constexpr = tl.constexpr(_scaled_asm(False, 0x70))
+SCALED_HI_70: tl.constexpr = tl.constexpr(_scaled_asm(True, 0x70))
+SCALED_LO_80: tl.constexpr = tl.constexpr(_scaled_asm(False, 0x80))
+SCALED_HI_80: tl.constexpr = tl.constexpr(_scaled_asm(True, 0x80))
+
+
+def window_c0(base: int) -> int:
+    """The constant exponent offset of the base-free decode: 0x70 unless the window starts above
+    239, where ``2^(base - 0x70)`` would overflow fp32 (then 0x80)."""
+    return 0x70 if base <= 239 else 0x80
+
+
+def window_scale(base: int) -> float:
+    """``2^(base - C0)``: what the GEMMs multiply their fp32 sums by after a scaled decode."""
+    return 2.0 ** (base - window_c0(base))
+
+
+@triton.jit
+def w12_decode_scaled(sm, nib, HI: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
+    """bf16 tile of the weights times ``2^(C0 - base)`` (exponent field ``C0 | code``).
+
+    Only integer ops on the two tiles and constants, so Triton decodes in the MMA operand layout.
+    """
+    if ASM:
+        if HI:
+            if C0 == 0x70:
+                w = tl.inline_asm_elementwise(SCALED_HI_70, "=r,=r,r,r", [sm, nib],
+                                              dtype=tl.bfloat16, is_pure=True, pack=4)
+            else:
+                w = tl.inline_asm_elementwise(SCALED_HI_80, "=r,=r,r,r", [sm, nib],
+                                              dtype=tl.bfloat16, is_pure=True, pack=4)
+        else:
+            if C0 == 0x70:
+                w = tl.inline_asm_elementwise(SCALED_LO_70, "=r,=r,r,r", [sm, nib],
+                                              dtype=tl.bfloat16, is_pure=True, pack=4)
+            else:
+                w = tl.inline_asm_elementwise(SCALED_LO_80, "=r,=r,r,r", [sm, nib],
+                                              dtype=tl.bfloat16, is_pure=True, pack=4)
+    else:
+        s = sm.to(tl.int16)
+        if HI:
+            c = (nib >> 4).to(tl.int16)
+        else:
+            c = (nib & 15).to(tl.int16)
+        bits = ((s & 0x80) << 8) | (s & 0x7F) | ((c | C0) << 7)
+        w = bits.to(tl.bfloat16, bitcast=True)
+    return w
 
 
 @triton.jit

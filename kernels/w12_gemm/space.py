@@ -30,10 +30,10 @@ PARAMS = {
         "DECODE": ["int", "prmt"],
     },
     "dot": {
-        "BLOCK_N": [32, 64, 128, 256],
-        "BLOCK_K": [32, 64, 128],
+        "BLOCK_N": [16, 32, 64, 128, 256],
+        "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
-        "num_warps": [4, 8],
+        "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5],
         "DECODE": ["int", "prmt"],
     },
@@ -45,9 +45,9 @@ CONFIGS = [
     for values in itertools.product(*params.values())
 ]
 
-# Starting points after the REFERENCE-kernels.md §3.4 prototype (gemv 8-32 x 256-512, swap-AB
-# 64-128
-# rows with split-K 4); each in both decodes so the sweep shows what the PTX decode buys.
+# Starting points: the GEMV after the REFERENCE-kernels.md §3.4 prototype (8-16 x 256-512); the
+# swap-AB kernel with BLOCK_N = 16 x num_warps (mma.sync, the A operand decoded in registers) at
+# 128-256 pairs of columns per step, and one wgmma shape (4 warps) for comparison.
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
@@ -59,12 +59,16 @@ def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: in
 SWEEP = [
     _config("gemv", 16, 256, 1, 4, 3, "prmt"),
     _config("gemv", 8, 256, 1, 4, 3, "prmt"),
-    _config("gemv", 16, 256, 2, 4, 3, "prmt"),
-    _config("gemv", 16, 256, 1, 4, 3, "int"),
-    _config("dot", 64, 64, 4, 4, 3, "prmt"),
-    _config("dot", 128, 64, 1, 4, 3, "prmt"),
-    _config("dot", 128, 64, 2, 8, 3, "prmt"),
-    _config("dot", 64, 64, 4, 4, 3, "int"),
+    _config("gemv", 16, 512, 2, 4, 3, "prmt"),
+    _config("dot", 32, 128, 1, 2, 3, "prmt"),
+    _config("dot", 32, 128, 2, 2, 4, "prmt"),
+    _config("dot", 32, 256, 1, 2, 3, "prmt"),
+    _config("dot", 16, 128, 1, 1, 4, "prmt"),
+    _config("dot", 16, 256, 2, 1, 3, "prmt"),
+    _config("dot", 64, 128, 1, 2, 3, "prmt"),
+    _config("dot", 32, 128, 4, 2, 3, "prmt"),
+    _config("dot", 64, 64, 2, 4, 3, "prmt"),
+    _config("dot", 32, 128, 1, 2, 3, "int"),
 ]
 
 TEST_ONLY_KEYS = ("_test_corrupt",)
@@ -123,6 +127,6 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
         split = _split_for(cdiv(n, 16), cdiv(k2, 256), num_sms, 4)
         return {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": split,
                 "num_warps": 4, "num_stages": 3, "DECODE": "int"}
-    split = _split_for(cdiv(n, 64), cdiv(k2, 64), num_sms, 2)
-    return {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": split,
-            "num_warps": 4, "num_stages": 3, "DECODE": "int"}
+    split = _split_for(cdiv(n, 32), cdiv(k2, 128), num_sms, 4)
+    return {"kernel": "dot", "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": split,
+            "num_warps": 2, "num_stages": 3, "DECODE": "int"}

@@ -6,11 +6,19 @@ The weight is never materialised in bf16: each K step loads three equally shaped
 integer ops, and multiplies each with its own slice of x (``x[:, j:j+BK]`` and
 ``x[:, K2+j:K2+j+BK]``).
 
-- ``w12_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV, decode straight to fp32 (``bits << 16``).
+Both decode without the exponent base and scale their fp32 sums by ``2^(base - C0)`` once
+(:func:`specpilot.kernels.w12.triton.w12_decode_scaled`), and both run whole ``BLOCK_K`` steps
+without a K mask (16-byte loads; ``cp.async`` when pipelined) plus one masked tail step.
+
+- ``w12_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV, decode to fp32.
 - ``w12_gemm_fwd_kernel_dot`` (any M): swap-AB; the decoded ``[BLOCK_N, BLOCK_K]`` bf16 tile is the
   A operand of ``tl.dot`` (weights on the MMA M side, tokens padded to BLOCK_T >= 16 on the N
-  side). Triton picks the register layout; a hand pre-shuffle into MMA fragment order (Marlin) is
-  not expressible in Triton and is not attempted here.
+  side). Because the decode is integer ops on the loaded bytes only, Triton converts the *bytes*
+  into the A-operand register layout (shared memory -> registers) and decodes there: the
+  fragment-native path, with no decoded bf16 tile written back to shared memory. With
+  ``BLOCK_N == 16 * num_warps`` (1-2 warps) that is ``mma.sync`` at about 5 SASS instructions per
+  weight (2.6 on the integer ALU, 1.6 IMAD), counted on the sm_90 cubin; ``wgmma`` (4+ warps,
+  ``BLOCK_N >= 64``) takes its A operand in a layout that costs about 8.
 
 Escapes, and what they do to summation order
 --------------------------------------------
@@ -37,8 +45,9 @@ from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.w12.format import W12Tensor
-from specpilot.kernels.w12.triton import w12_decode_bf16
-from specpilot.kernels.w12.triton import w12_decode_f32
+from specpilot.kernels.w12.triton import w12_decode_scaled
+from specpilot.kernels.w12.triton import window_c0
+from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm import space
 
 
@@ -59,11 +68,46 @@ def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc
     return acc
 
 
+@triton.jit
+def decode_f32(sm, nib, HI: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
+    """fp32 tile of the scaled weights (exact: every bf16 is an fp32)."""
+    w = w12_decode_scaled(sm, nib, HI, C0, ASM)
+    if ASM:
+        out = w.to(tl.float32)
+    else:
+        out = (w.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    return out
+
+
+@triton.jit
+def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
+              C0: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr):
+    """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
+    offs_j = j0 + tl.arange(0, BLOCK_K)
+    if MASKED:
+        j_mask = offs_j < j_hi
+        mask = n_mask[:, None] & j_mask[None, :]
+        b_mask = j_mask & (K2 + offs_j < K)
+    else:
+        j_mask = offs_j >= 0
+        mask = n_mask[:, None]
+        b_mask = K2 + offs_j < K
+    nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
+                   eviction_policy="evict_first")
+    x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
+    x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
+    acc += decode_f32(sm_a, nib, False, C0, ASM) * x_a.to(tl.float32)[None, :]
+    acc += decode_f32(sm_b, nib, True, C0, ASM) * x_b.to(tl.float32)[None, :]
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
-                             ws_ptr, lock_ptr, M, N, K, K2, base128, k_per_split,
+                             ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             ASM: tl.constexpr):
+                             C0: tl.constexpr, ASM: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -74,23 +118,16 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     nib_rows = nib_ptr + row * K2
     j_lo = pid_k * k_per_split
     j_hi = tl.minimum(j_lo + k_per_split, K2)
+    # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
+    j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for j0 in range(j_lo, j_hi, BLOCK_K):
-        offs_j = j0 + tl.arange(0, BLOCK_K)
-        j_mask = offs_j < j_hi
-        mask = n_mask[:, None] & j_mask[None, :]
-        nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0,
-                      eviction_policy="evict_first")
-        sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0,
-                       eviction_policy="evict_first")
-        sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
-                       eviction_policy="evict_first")
-        x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
-        x_b = tl.load(x_ptr + K2 + offs_j, mask=j_mask & (K2 + offs_j < K), other=0.0,
-                      eviction_policy="evict_last")
-        acc += w12_decode_f32(sm_a, nib, base128, False, ASM) * x_a.to(tl.float32)[None, :]
-        acc += w12_decode_f32(sm_b, nib, base128, True, ASM) * x_b.to(tl.float32)[None, :]
-    y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
+    for j0 in range(j_lo, j_full, BLOCK_K):
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, C0, ASM,
+                        False)
+    if j_full < j_hi:
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K, C0,
+                        ASM, True)
+    y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
     offs_m = tl.arange(0, 1)
     if pid_k == 0:
         y = apply_escapes(y, x_ptr, 0, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
@@ -98,12 +135,43 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
 
 
+@triton.jit
+def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
+             BLOCK_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr):
+    """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
+    offs_j = j0 + tl.arange(0, BLOCK_K)
+    if MASKED:
+        j_mask = offs_j < j_hi
+        mask = n_mask[:, None] & j_mask[None, :]
+        b_mask = j_mask & (K2 + offs_j < K)
+        xa_mask = j_mask[:, None] & t_mask[None, :]
+    else:
+        mask = n_mask[:, None]
+        b_mask = K2 + offs_j < K
+        xa_mask = t_mask[None, :]
+    nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
+                   eviction_policy="evict_first")
+    xa_t = tl.load(x_cols + offs_j[:, None], mask=xa_mask, other=0.0,
+                   eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
+    xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
+                   other=0.0, eviction_policy="evict_last")
+    acc = dot_bf16(w12_decode_scaled(sm_a, nib, False, C0, ASM), xa_t, acc)
+    acc = dot_bf16(w12_decode_scaled(sm_b, nib, True, C0, ASM), xb_t, acc)
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
-                            ws_ptr, lock_ptr, M, N, K, K2, stride_xm, base128, k_per_split,
+                            ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                            SPLIT_K: tl.constexpr, ASM: tl.constexpr):
-    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``."""
+                            SPLIT_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
+    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
+
+    With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
+    tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``.
+    """
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -117,25 +185,15 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
     x_cols = x_ptr + offs_t[None, :] * stride_xm
     j_lo = pid_k * k_per_split
     j_hi = tl.minimum(j_lo + k_per_split, K2)
+    j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for j0 in range(j_lo, j_hi, BLOCK_K):
-        offs_j = j0 + tl.arange(0, BLOCK_K)
-        j_mask = offs_j < j_hi
-        mask = n_mask[:, None] & j_mask[None, :]
-        nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0,
-                      eviction_policy="evict_first")
-        sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0,
-                       eviction_policy="evict_first")
-        sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
-                       eviction_policy="evict_first")
-        xa_t = tl.load(x_cols + offs_j[:, None], mask=j_mask[:, None] & t_mask[None, :], other=0.0,
-                       eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
-        b_mask = j_mask & (K2 + offs_j < K)
-        xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
-                       other=0.0, eviction_policy="evict_last")
-        acc = dot_bf16(w12_decode_bf16(sm_a, nib, base128, False, ASM), xa_t, acc)
-        acc = dot_bf16(w12_decode_bf16(sm_b, nib, base128, True, ASM), xb_t, acc)
-    out_t = tl.trans(acc)  # [BLOCK_T, BLOCK_N]
+    for j0 in range(j_lo, j_full, BLOCK_K):
+        acc = dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask, BLOCK_K,
+                       C0, ASM, False)
+    if j_full < j_hi:
+        acc = dot_step(acc, x_cols, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, t_mask,
+                       BLOCK_K, C0, ASM, True)
+    out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     if pid_k == 0:
         out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
                               esc_col_ptr, esc_delta_ptr)
@@ -172,16 +230,17 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     cfg = plan.cfg
     planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
     meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
-            "ASM": cfg["DECODE"] == "prmt", "num_warps": cfg["num_warps"],
-            "num_stages": cfg["num_stages"]}
+            "ASM": cfg["DECODE"] == "prmt", "C0": window_c0(packed.base),
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    scale = window_scale(packed.base)
     if plan.block_t is None:
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
-            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, packed.base << 7,
-            plan.k_per_split, **meta)
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
+            **meta)
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
-            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0),
-            packed.base << 7, plan.k_per_split, BLOCK_T=plan.block_t, **meta)
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
+            plan.k_per_split, BLOCK_T=plan.block_t, **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

@@ -13,6 +13,8 @@ from specpilot.kernels.common.check import check_close
 from specpilot.kernels.common.check import gemm_exact
 from specpilot.kernels.tuning.ops import synthetic_weight
 from specpilot.kernels.w12_gemm.reference import w12_gemm_ref
+from specpilot.kernels.w12.triton import window_c0
+from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 
 
@@ -21,8 +23,8 @@ def gemv(bn=16, bk=16, split=1):
             "num_stages": 1, "DECODE": "int"}
 
 
-def dot(bn=16, bk=16, split=1):
-    return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
+def dot(bn=16, bk=16, split=1, warps=4):
+    return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
             "num_stages": 2, "DECODE": "int"}
 
 
@@ -34,6 +36,8 @@ CASES = [
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
     pytest.param(17, 67, 45, dot(split=2), id="M17-K67-N45-w12-dot-split2"),
     pytest.param(70, 35, 20, dot(), id="M70-K35-N20-w12-dot"),
+    # BLOCK_N = 16 x num_warps (the mma.sync shape); K2 = 48: three whole steps, no tail.
+    pytest.param(5, 96, 40, dot(bn=32, warps=2), id="M5-K96-N40-w12-dot-2warps-no-tail"),
 ]
 
 
@@ -73,6 +77,38 @@ def test_high_escape_rate_tensor():
     assert_gemm_close("w12 high escape", w12_gemm_triton(x, packed, config=dot()), x, w)
     assert_gemm_close("w12 high escape gemv", w12_gemm_triton(x[:1], packed, config=gemv()),
                       x[:1], w)
+
+
+@pytest.mark.parametrize("exp2", [126, -110], ids=["window-near-254", "window-near-0"])
+def test_window_at_the_exponent_extremes(exp2):
+    """The GEMMs decode with a constant exponent offset C0 and scale the sums by 2^(base - C0):
+    windows whose scale is far from 1 must still give the exact product."""
+    gen = torch.Generator().manual_seed(3)
+    w = (torch.randn((24, 40), generator=gen) * 2.0**exp2).to(torch.bfloat16)
+    packed = w12.pack(w)
+    assert packed.base >= 236 if exp2 > 0 else packed.base <= 20
+    x = (torch.randn((3, 40), generator=gen) * 2.0**-20).to(torch.bfloat16)  # sums stay finite
+    exact, abs_sum = gemm_exact(x, w)
+    for config in (dot(), gemv()):
+        xi = x if config["kernel"] == "dot" else x[:1]
+        out = w12_gemm_triton(xi, packed, out_dtype=torch.float32, config=config)
+        res = check_close(f"w12 2^{exp2}", out, exact[:len(xi)], abs_sum[:len(xi)])
+        assert res.ok, str(res)
+
+
+def test_window_of_non_finite_weights_takes_the_other_offset():
+    """Only a tensor of mostly inf/NaN has its window at 240 (2^(240 - 0x70) is not an fp32):
+    the decode then uses C0 = 0x80, and the infinities propagate."""
+    assert (window_c0(239), window_c0(240)) == (0x70, 0x80)
+    assert window_scale(239) == 2.0**127 and window_scale(240) == 2.0**112
+    w = torch.full((8, 32), float("inf"), dtype=torch.bfloat16)
+    w[:, 0] = 1.5
+    packed = w12.pack(w)
+    assert packed.base == 240
+    x = torch.rand((2, 32), generator=torch.Generator().manual_seed(1)).to(torch.bfloat16) + 0.5
+    for config in (dot(), gemv()):
+        xi = x if config["kernel"] == "dot" else x[:1]
+        assert torch.isposinf(w12_gemm_triton(xi, packed, config=config)).all()
 
 
 def test_reference_and_linear():
