@@ -52,6 +52,15 @@ class AcceptanceProfile:
         probs = [survive[k] - survive[k + 1] for k in range(block_size)]
         return cls(tuple(probs), f"tau:{tau:g}")
 
+    def truncated(self, block_size: int) -> "AcceptanceProfile":
+        """The same drafter verifying only the first ``block_size`` positions of its block: P(k)
+        unchanged below ``block_size - 1``, everything longer cut to ``block_size - 1`` drafts."""
+        if not 1 <= block_size <= len(self.probs):
+            raise ValueError(f"cannot truncate a block-{len(self.probs)} profile to {block_size}")
+        probs = self.probs[:block_size - 1] + (sum(self.probs[block_size - 1:]),)
+        return AcceptanceProfile(probs, self.name if block_size == len(self.probs)
+                                 else f"{self.name}[:{block_size}]")
+
     def sample(self, generator: torch.Generator) -> int:
         u = torch.rand((), generator=generator).item()
         acc = 0.0

@@ -91,9 +91,24 @@ def measured_profile(spec: str, block_size: int):
     return AcceptanceProfile.from_histogram(counts, name=spec)
 
 
-def load_profile(spec: str, block_size: int, setting_dir: Path):
+def load_profile(spec: str, block_size: int, setting_dir: Path, native_block: int | None = None):
     """An ``AcceptanceProfile`` for ``block_size`` from ``tau:<mean>``, ``profile:NAME#DATASET``
-    (a shipped measured profile) or a histogram JSON file next to the setting."""
+    (a shipped measured profile) or a histogram JSON file next to the setting.
+
+    ``native_block``: the drafter's own block size, at which ``spec`` is defined (default
+    ``block_size``). A recipe verifying fewer positions gets that profile truncated (the drafter's
+    per-position acceptance does not improve because fewer positions are checked); more positions
+    than the profile knows cannot be replayed.
+    """
+    native = native_block or block_size
+    if block_size > native:
+        raise SpecPilotError(f"acceptance profile {spec!r} is defined at the drafter's block size "
+                             f"{native}; a block of {block_size} cannot be replayed from it")
+    profile = _load_native_profile(spec, native, setting_dir)
+    return profile if block_size == native else profile.truncated(block_size)
+
+
+def _load_native_profile(spec: str, block_size: int, setting_dir: Path):
     from specpilot.engines.drafters.replay import AcceptanceProfile
 
     if spec.startswith("tau:"):
@@ -123,9 +138,11 @@ def load_profile(spec: str, block_size: int, setting_dir: Path):
 class Replay:
     """Reference continuations and per-engine profiles for replayed acceptance (benchmark only)."""
 
-    def __init__(self, spec: str, setting_dir: Path, references: list[list[int]], vocab_size: int):
+    def __init__(self, spec: str, setting_dir: Path, references: list[list[int]], vocab_size: int,
+                 native_block: int | None = None):
         self.spec, self.setting_dir = spec, setting_dir
         self.references, self.vocab_size = references, vocab_size
+        self.native_block = native_block  # the drafter's block size, where spec is defined
         self._profiles = {}
 
     @property
@@ -134,7 +151,8 @@ class Replay:
 
     def profile(self, block_size: int):
         if block_size not in self._profiles:
-            self._profiles[block_size] = load_profile(self.spec, block_size, self.setting_dir)
+            self._profiles[block_size] = load_profile(self.spec, block_size, self.setting_dir,
+                                                      self.native_block)
         return self._profiles[block_size]
 
     def plan(self, engine, prompt_index: int, seed: int):
@@ -190,7 +208,7 @@ def replay_for(models, workload: Workload, spec: str | None = None,
             if progress is not None:
                 progress()
     vocab_size = int(models.target.lm_head.weight.shape[0])
-    return Replay(spec, models.setting.directory, references, vocab_size)
+    return Replay(spec, models.setting.directory, references, vocab_size, block_size)
 
 
 def concurrency_levels(max_concurrency: int) -> list[int]:

@@ -35,3 +35,23 @@ def test_bad_profile_specs_fail_clearly(spec, message):
 def test_a_profile_measured_at_another_block_size_is_refused():
     with pytest.raises(SpecPilotError, match="block size 8, not 16"):
         load_profile("profile:proxy-h200-dflash2#gsm8k", 16, Path("."))
+
+
+@pytest.mark.parametrize("spec", ["tau:6.31", "profile:proxy-h200-dflash2#gsm8k"])
+def test_a_narrower_verify_replays_the_native_profile_truncated(spec):
+    """A recipe that verifies fewer positions than the drafter drafts keeps the drafter's
+    per-position acceptance: P(k) is unchanged below the cut and the tail piles up at the cut, so
+    its tau can only drop (before this, tau:X was re-solved at the narrow width and a block-4
+    recipe replayed a *higher* per-position acceptance than stock)."""
+    native = load_profile(spec, 8, Path("."))
+    narrow = load_profile(spec, 4, Path("."), native_block=8)
+    assert len(narrow.probs) == 4
+    assert narrow.probs[:3] == pytest.approx(native.probs[:3])
+    assert narrow.probs[3] == pytest.approx(sum(native.probs[3:]))
+    assert narrow.tau < native.tau
+    assert load_profile(spec, 8, Path("."), native_block=8).probs == native.probs
+
+
+def test_a_wider_block_than_the_profile_cannot_be_replayed():
+    with pytest.raises(SpecPilotError, match="defined at the drafter's block size 8"):
+        load_profile("tau:3.5", 12, Path("."), native_block=8)
