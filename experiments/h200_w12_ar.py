@@ -14,7 +14,7 @@
    (the verify forward runs the W12 GEMM at M = block size).
 
 Writes ``$OUT/h200_w12_ar.json``. Run from the repo root:
-``python3 experiments/h200_w12_ar.py [--ms 1,16] [--rounds 3] [--spec]``
+``python3 experiments/h200_w12_ar.py [--ms 1,16] [--wide] [--rounds 3] [--spec]``
 """
 
 import argparse
@@ -42,9 +42,27 @@ def engine_shapes(model) -> dict[str, tuple[int, int]]:
     return {name.replace(".", "_"): kn for kn, name in shapes.items()}
 
 
-def tune(model, ms: list[int], budget_s: float) -> dict:
+# ``--wide``: more W12 configs around the first H200 sweep's winners (GEMV 8 x 256, mma.sync with
+# 2 warps at 32 x 128): smaller K steps and rows per program, 2-4 stages, split-K up to 4.
+WIDE_W12 = [
+    ("gemv", 8, 512, 1, 4, 3), ("gemv", 8, 256, 1, 2, 3), ("gemv", 4, 512, 1, 2, 3),
+    ("gemv", 8, 256, 2, 4, 3), ("gemv", 8, 128, 1, 2, 4), ("gemv", 16, 256, 1, 8, 3),
+    ("dot", 32, 64, 1, 2, 3), ("dot", 32, 64, 1, 2, 4), ("dot", 32, 64, 2, 2, 3),
+    ("dot", 32, 128, 1, 2, 2), ("dot", 32, 128, 1, 2, 4), ("dot", 64, 64, 1, 2, 3),
+    ("dot", 64, 64, 1, 2, 4), ("dot", 64, 128, 1, 2, 2), ("dot", 32, 64, 4, 2, 3),
+    ("dot", 64, 64, 2, 2, 3),
+]
+
+
+def tune(model, ms: list[int], budget_s: float, wide: bool) -> dict:
     """The kernels_h200 sweep at the model's shapes; seeds the tuned cache with the winners."""
     import torch
+
+    from specpilot.kernels.w12_gemm import space as w12_space
+
+    if wide:
+        names = ("kernel", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+        w12_space.SWEEP.extend({**dict(zip(names, c)), "DECODE": "prmt"} for c in WIDE_W12)
 
     sys.path.insert(0, str(ROOT))
     import kernels_h200 as kb
@@ -99,6 +117,7 @@ def main() -> None:
     parser.add_argument("--ms", default="1,16", help="M values the GEMM sweep tunes")
     parser.add_argument("--budget-s", type=float, default=150.0, help="GEMM sweep budget")
     parser.add_argument("--no-tune", action="store_true", help="use the cache as it is")
+    parser.add_argument("--wide", action="store_true", help="sweep WIDE_W12 too")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spec", action="store_true", help="also stock vs stock+w12-target")
     parser.add_argument("--note", default="")
@@ -120,7 +139,8 @@ def main() -> None:
     result = {"fingerprint": fingerprint.current("cuda").to_dict(), "setting": SETTING,
               "note": args.note, "load_s": time.time() - t0}
     if not args.no_tune:
-        result["tune"] = tune(models.target, [int(m) for m in args.ms.split(",")], args.budget_s)
+        result["tune"] = tune(models.target, [int(m) for m in args.ms.split(",")], args.budget_s,
+                              args.wide)
     engines = {"bf16": models.engine(AR),
                "bf16-triton": models.engine(AR.replace(name="ar_triton", gemm="triton"))}
     t0 = time.time()
