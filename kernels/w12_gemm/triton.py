@@ -25,10 +25,8 @@ Escapes, and what they do to summation order
 An escaped weight sits in the planes with its exponent clamped into the window, so the main loop
 multiplies x by a wrong but finite value ``d``. The split that owns K range 0 then adds, per
 escape of each of its rows, ``esc_delta * x[:, col]`` with ``esc_delta = fp32(exact) - fp32(d)``
-precomputed at pack time (a per-row CSR, ~0.01% of weights: no extra launch). The first four
-escapes of each row, and the x values they need, are loaded *before* the main loop, so that chain
-of dependent loads (row pointer, column, x) overlaps the weight stream instead of adding its
-latency after it; a row with more walks the rest in the epilogue. Consequences, documented as the W12 GEMM contract:
+precomputed at pack time (a per-row CSR walked in the epilogue, ~0.01% of weights: no extra
+launch). Consequences, documented as the W12 GEMM contract:
 
 - The *weights* are lossless: ``unpack(pack(w))`` is bit-identical to ``w``.
 - The *output* is not bit-identical to a bf16 GEMM on ``w``: the escaped products enter the fp32
@@ -53,35 +51,14 @@ from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm import space
 
 
-ESC_PREFETCH: tl.constexpr = tl.constexpr(4)  # escapes per row fetched before the main loop
-
-
 @triton.jit
-def prefetch_escapes(x_ptr, stride_xm, offs_m, M, offs_n, n_mask, on, row_ptr, esc_col_ptr,
-                     esc_delta_ptr):
-    """Issued before the main loop (so its dependent loads overlap the weight stream): the sum of
-    ``esc_delta * x[offs_m, esc_col]`` over the first ``ESC_PREFETCH`` escapes of each row of
-    ``offs_n`` as ``[BM, BN]``, and each row's CSR ``start`` and ``count``. ``on``: only the split
-    that owns K range 0 applies escapes."""
-    start = tl.load(row_ptr + offs_n, mask=n_mask & on, other=0)
-    count = tl.load(row_ptr + offs_n + 1, mask=n_mask & on, other=0) - start
-    e = tl.arange(0, ESC_PREFETCH)
-    has = e[None, :] < count[:, None]  # [BN, E]
-    col = tl.load(esc_col_ptr + start[:, None] + e[None, :], mask=has, other=0)
-    delta = tl.load(esc_delta_ptr + start[:, None] + e[None, :], mask=has, other=0.0)
-    xv = tl.load(x_ptr + offs_m[:, None, None] * stride_xm + col[None, :, :],
-                 mask=(offs_m[:, None, None] < M) & has[None, :, :], other=0.0)  # [BM, BN, E]
-    return tl.sum(xv.to(tl.float32) * delta[None, :, :], axis=2), start, count
-
-
-@triton.jit
-def apply_escapes(acc, corr, start, count, x_ptr, stride_xm, offs_m, M, esc_col_ptr,
+def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
                   esc_delta_ptr):
-    """``acc [BM, BN]`` plus the prefetched escape terms ``corr``, then the escapes past the first
-    ``ESC_PREFETCH`` of each row (rare: a row with that many has an unusual exponent spread)."""
-    acc += corr
+    """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes of rows ``offs_n``."""
+    start = tl.load(row_ptr + offs_n, mask=n_mask, other=0)
+    count = tl.load(row_ptr + offs_n + 1, mask=n_mask, other=0) - start
     m_mask = offs_m[:, None] < M
-    for i in range(ESC_PREFETCH, tl.max(count, axis=0)):
+    for i in range(tl.max(count, axis=0)):
         has = i < count
         col = tl.load(esc_col_ptr + start + i, mask=has, other=0)
         delta = tl.load(esc_delta_ptr + start + i, mask=has, other=0.0)
@@ -141,9 +118,6 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     nib_rows = nib_ptr + row * K2
     j_lo = pid_k * k_per_split
     j_hi = tl.minimum(j_lo + k_per_split, K2)
-    offs_m = tl.arange(0, 1)
-    corr, esc_start, esc_count = prefetch_escapes(x_ptr, 0, offs_m, M, offs_n, n_mask, pid_k == 0,
-                                                  row_ptr, esc_col_ptr, esc_delta_ptr)
     # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
     j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
@@ -154,8 +128,9 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
         acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K, C0,
                         ASM, True)
     y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
+    offs_m = tl.arange(0, 1)
     if pid_k == 0:
-        y = apply_escapes(y, corr, esc_start, esc_count, x_ptr, 0, offs_m, M, esc_col_ptr,
+        y = apply_escapes(y, x_ptr, 0, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
                           esc_delta_ptr)
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
 
@@ -210,8 +185,6 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
     x_cols = x_ptr + offs_t[None, :] * stride_xm
     j_lo = pid_k * k_per_split
     j_hi = tl.minimum(j_lo + k_per_split, K2)
-    corr, esc_start, esc_count = prefetch_escapes(x_ptr, stride_xm, offs_t, M, offs_n, n_mask,
-                                                  pid_k == 0, row_ptr, esc_col_ptr, esc_delta_ptr)
     j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     for j0 in range(j_lo, j_full, BLOCK_K):
@@ -222,7 +195,7 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
                        BLOCK_K, C0, ASM, True)
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     if pid_k == 0:
-        out_t = apply_escapes(out_t, corr, esc_start, esc_count, x_ptr, stride_xm, offs_t, M,
+        out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
                               esc_col_ptr, esc_delta_ptr)
     tile_id = pid_t * tl.num_programs(0) + pid_n
     store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
