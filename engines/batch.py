@@ -15,10 +15,11 @@ host: a sampled request draws from its own generator, and a replay plan (benchma
 acceptance on the host, uploaded for all replayed rows in one copy.
 
 CUDA graphs per batch bucket: a step of n requests runs on the smallest bucket (1, 2, 4, .. up to
-``max_batch``) that holds them; rows n .. bucket-1 are inert (no budget: they keep nothing, and a
-row is reset when a request is prefilled into it). The step is two fixed-shape parts, each captured
-once per bucket when the engine is built (the batch is empty then, so capture disturbs nothing):
-the draft (rows' verify windows -> drafts) and the rest (verify, greedy acceptance with the replayed
+``max_batch``) that holds them, verifying the recipe's width for that bucket (``verify_widths``:
+fewer positions per request once many rows share the forward; the whole block by default);
+rows n .. bucket-1 are inert (no budget: they keep nothing, and a row is reset when a request is
+prefilled into it). The step is two fixed-shape parts, each captured once per bucket when the
+engine is built (the batch is empty then, so capture disturbs nothing): the draft (rows' verify windows -> drafts) and the rest (verify, greedy acceptance with the replayed
 rows' forced counts, the stop/budget clip, the commit -> the table the host reads). Between them the
 host may overwrite replayed rows' drafts. Requests that sample run the same parts eagerly.
 """
@@ -103,7 +104,6 @@ class BatchEngine:
                                          dtype=torch.long, device=device)
             self._offsets = torch.arange(block, device=device)
             self._positions = torch.zeros(max_batch, block, dtype=torch.long, device=device)
-            self._verify_ids = torch.zeros(max_batch, block, dtype=torch.long, device=device)
             self._drafts = torch.zeros(max_batch, block - 1, dtype=torch.long, device=device)
             # replayed rows' drawn counts (-1: the target's own acceptance); the captured second
             # part reads this buffer, so it is cleared whenever no row is replayed
@@ -317,31 +317,39 @@ class BatchEngine:
         ones = self._ones[:size]
         return self._finish(size, tokens[:, None], ones, ones)
 
+    def _width(self, size: int) -> int:
+        """Positions per request a step over ``size`` rows drafts and verifies (the recipe's
+        ``verify_widths`` for that bucket, else the whole block)."""
+        return self.engine.recipe.width_for(size, self.engine.block_size)
+
     def _draft(self, size: int) -> torch.Tensor:
-        """First part: every row's verify window -> its drafts [size, B-1] (a persistent buffer)."""
+        """First part: every row's verify window -> its drafts [size, W-1] (a view of a persistent
+        buffer); W = :meth:`_width`."""
         _, draft = self._rows(size)
-        block_ids, positions = self._block_ids[:size], self._positions[:size]
+        width = self._width(size)
+        block_ids, positions = self._block_ids[:size, :width], self._positions[:size, :width]
         block_ids[:, 0] = self.rows.pending[:size]
-        torch.add(self.rows.committed[:size, None], self._offsets, out=positions)
+        torch.add(self.rows.committed[:size, None], self._offsets[:width], out=positions)
         drafts, _ = self.engine._draft_fn(draft, block_ids, positions)
-        return self._drafts[:size].copy_(drafts)
+        return self._drafts[:size, :width - 1].copy_(drafts)
 
     def _verify(self, size: int, forced: torch.Tensor) -> torch.Tensor:
-        """Second part: verify every row's window; row i proposes ``[d_1 .. d_a, bonus]``.
+        """Second part: verify every row's window (:meth:`_width` positions); row i proposes
+        ``[d_1 .. d_a, bonus]``.
 
         ``forced`` [max_batch]: a replayed row's drawn count (``Engine._replayed`` for all rows at
         once: its first min(k, B-1) drafts are kept, then the target's token there); -1: the
         target's own greedy acceptance.
         """
-        e, block = self.engine, self.engine.block_size
+        e, width = self.engine, self._width(size)
         cache, draft = self._rows(size)
-        drafts, positions = self._drafts[:size], self._positions[:size]
-        verify_ids = torch.cat([self._block_ids[:size, :1], drafts], dim=1,
-                               out=self._verify_ids[:size])
+        drafts, positions = self._drafts[:size, :width - 1], self._positions[:size, :width]
+        verify_ids = torch.cat([self._block_ids[:size, :1], drafts], dim=1)
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
         agreed = num_accepted
         force = forced[:size]
-        take = force.clamp(min=0, max=block - 1)
+        # a replayed count past this step's width is cut there: the drafter's profile truncated
+        take = force.clamp(min=0, max=width - 1)
         at_take = logits.gather(1, take[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
         num_accepted = torch.where(force >= 0, take, num_accepted)
         bonus = torch.where(force >= 0, at_take.argmax(dim=-1), bonus)

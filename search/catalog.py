@@ -36,6 +36,31 @@ class Mechanism:
         return True
 
 
+COST_MODEL = "cost-model"
+"""A delta value the catalog cannot write down once for every setting: resolved per setting by the
+function :data:`RESOLVERS` names for that field (still data in the catalog, and numbers in the
+recipe a proposal builds)."""
+RESOLVERS = {"verify_widths": "specpilot.search.gaps:occupancy_widths"}
+
+
+def resolve_delta(mechanism: Mechanism, setting) -> dict | None:
+    """``mechanism.delta`` with every ``"cost-model"`` value computed for ``setting``; None when
+    the cost model has nothing to offer there (e.g. the whole block is best at every occupancy)."""
+    import importlib
+
+    out = {}
+    for field, value in mechanism.delta.items():
+        if value != COST_MODEL:
+            out[field] = value
+            continue
+        module, _, name = RESOLVERS[field].partition(":")
+        resolved = getattr(importlib.import_module(module), name)(setting)
+        if not resolved:
+            return None
+        out[field] = resolved
+    return out
+
+
 def load_catalog(path: Path = CATALOG_FILE) -> list[Mechanism]:
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -52,6 +77,11 @@ def load_catalog(path: Path = CATALOG_FILE) -> list[Mechanism]:
         if mechanism.phase not in PHASES:
             raise SpecPilotError(f"{path}: mechanism {mechanism.name!r}: phase must be one of "
                                  f"{PHASES}")
+        unresolvable = sorted(k for k, v in mechanism.delta.items()
+                              if v == COST_MODEL and k not in RESOLVERS)
+        if unresolvable:
+            raise SpecPilotError(f"{path}: mechanism {mechanism.name!r}: no cost-model resolver "
+                                 f"for {unresolvable} (known: {sorted(RESOLVERS)})")
         mechanisms.append(mechanism)
     return mechanisms
 

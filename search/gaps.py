@@ -75,7 +75,28 @@ def _fixed_ms(measured: dict, gpu, target: dict, drafter: dict | None, recipe):
     return {}, kernels, launch_us
 
 
-def width_bounds(setting) -> dict[int, float]:
+def occupancy_widths(setting) -> tuple[tuple[int, int], ...]:
+    """A recipe's ``verify_widths`` for this setting: for each batch bucket 2, 4, .. up to the
+    setting's concurrency, the verify width the cost model bounds highest with that many requests
+    decoded together (:func:`width_bounds` at that occupancy), listed where it changes; () when the
+    whole block is best everywhere, or without a profile or GPU ceilings."""
+    concurrency = setting.scenario.concurrency
+    # the batched engine's CUDA-graph buckets for that many rows, the single row left out
+    buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
+                     - {1})
+    table, current = [], None
+    for rows in buckets:
+        bounds = width_bounds(setting, rows)
+        if not bounds:
+            return ()
+        best = max(bounds, key=lambda w: (bounds[w], w))  # ties: the wider
+        if best != (current or max(bounds)):
+            table.append((rows, best))
+            current = best
+    return tuple(table)
+
+
+def width_bounds(setting, num_requests: int | None = None) -> dict[int, float]:
     """Verify width -> the speedup bound at the setting's GPU, concurrency and replayed acceptance
     profile (:func:`specpilot.costmodel.phases.bound_by_width`); empty without a profile or GPU
     ceilings (a real pair's acceptance is measured, not known ahead)."""
@@ -90,5 +111,6 @@ def width_bounds(setting) -> dict[int, float]:
     target, drafter = model_configs(setting)
     block = _meta_model(drafter).block_size
     probs = load_profile(profile, block, setting.directory).probs
-    return bound_by_width(target, drafter, gpu, block, setting.scenario.concurrency, probs)
+    return bound_by_width(target, drafter, gpu, block,
+                          num_requests or setting.scenario.concurrency, probs)
 

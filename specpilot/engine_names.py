@@ -36,6 +36,7 @@ def recipe_for(setting: Setting, name: str) -> Recipe:
 
 def _with_mechanisms(setting: Setting, name: str) -> Recipe:
     from specpilot.search.catalog import load_catalog
+    from specpilot.search.catalog import resolve_delta
 
     base, *extras = name.split("+")
     catalog = {m.name: m for m in load_catalog() if not m.canary and m.fault is None}
@@ -44,7 +45,12 @@ def _with_mechanisms(setting: Setting, name: str) -> Recipe:
         if extra not in catalog:
             raise SpecPilotError(f"engine {name!r}: no mechanism {extra!r} in the search catalog; "
                                  f"known: {sorted(catalog)}")
-        recipe = recipe.replace(**catalog[extra].delta)
+        delta = resolve_delta(catalog[extra], setting)
+        if delta is None:
+            raise SpecPilotError(f"engine {name!r}: the cost model has no {extra!r} for setting "
+                                 f"{setting.name} (nothing better than the catalog's default)")
+        recipe = recipe.replace(**{k: tuple(v) if isinstance(v, list) else v
+                                   for k, v in delta.items()})
     return recipe.replace(name=name)
 
 

@@ -77,6 +77,12 @@ class Recipe:
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
+    verify_widths: tuple[tuple[int, int], ...] = ()
+    """Batch scenarios: ``(rows, width)`` pairs, rows >= 2 increasing. A batched step over at least
+    ``rows`` rows (its CUDA-graph bucket) drafts and verifies ``width`` positions per request (the
+    anchor included) instead of the whole block: once the verify forward is compute-bound, fewer
+    rows per request cost less and lose only the tokens past them. Chosen per setting from the
+    cost model (``search/widths.py``); () = the whole block at every occupancy."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():
@@ -103,6 +109,33 @@ class Recipe:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")
         self._check_tree()
+        self._check_widths()
+
+    def _check_widths(self) -> None:
+        pairs = self.verify_widths
+        try:
+            pairs = tuple((int(rows), int(width)) for rows, width in pairs)
+            ok = all(type(v) is int for pair in self.verify_widths for v in pair)
+        except (TypeError, ValueError):
+            ok = False
+        rows = [r for r, _ in pairs] if ok else []
+        if (not ok or any(not 2 <= w <= 64 for _, w in pairs) or any(r < 2 for r in rows)
+                or rows != sorted(set(rows))):
+            raise SpecPilotError(f"recipe {self.name!r}: verify_widths must be (rows, width) "
+                                 "integer pairs with rows >= 2 strictly increasing and widths in "
+                                 f"2..64, got {self.verify_widths!r}")
+        if pairs and (not self.speculative or self.tree_verify):
+            raise SpecPilotError(f"recipe {self.name!r}: verify_widths needs a speculative chain "
+                                 "recipe (no tree)")
+        object.__setattr__(self, "verify_widths", pairs)
+
+    def width_for(self, rows: int, block_size: int) -> int:
+        """Positions per request a batched step over ``rows`` rows drafts and verifies."""
+        width = block_size
+        for min_rows, w in self.verify_widths:
+            if rows >= min_rows:
+                width = min(w, block_size)
+        return width
 
     def _check_admission(self) -> None:
         ratio, wait = self.admit_ratio, self.admit_max_wait_steps
@@ -194,7 +227,7 @@ class Recipe:
 
 
 _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
-                 "admit_ratio": 0.0, "admit_max_wait_steps": 0}
+                 "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": ()}
 """Fields added after recipes were first hashed, with the default that leaves them out of it."""
 
 STOCK = Recipe(name="stock")

@@ -3,13 +3,17 @@
 Ranking: the knowledge store's prior for the mechanism (what it did in similar settings) first,
 then how much excess time the gap table shows in the phase the mechanism targets. A mechanism that
 hurt or failed validation elsewhere (negative prior) goes last but is still tried if nothing else
-is left, since a setting may differ.
+is left, since a setting may differ. A delta value ``"cost-model"`` is computed for the
+campaign's setting (``search/catalog.py``, ``resolve_delta``); a mechanism the cost model has
+nothing for there is not proposed.
 """
 
 from specpilot.search.agents.base import AgentContext
 from specpilot.search.agents.base import Proposal
 from specpilot.search.agents.base import ProposalAgent
+from specpilot.search.catalog import COST_MODEL
 from specpilot.search.catalog import load_catalog
+from specpilot.search.catalog import resolve_delta
 
 
 class CatalogAgent(ProposalAgent):
@@ -18,6 +22,14 @@ class CatalogAgent(ProposalAgent):
     def __init__(self, config=None, catalog=None):
         super().__init__(config)
         self.catalog = catalog if catalog is not None else load_catalog()
+
+    def _delta(self, mechanism, setting_name: str) -> dict | None:
+        """The mechanism's delta, its ``"cost-model"`` values computed for this setting."""
+        if COST_MODEL not in mechanism.delta.values():
+            return dict(mechanism.delta)
+        from specpilot.settings import load_setting
+
+        return resolve_delta(mechanism, load_setting(setting_name))
 
     def propose(self, context: AgentContext) -> list[Proposal]:
         # time above the calibrated prediction when the table has one, else above the floor
@@ -35,7 +47,10 @@ class CatalogAgent(ProposalAgent):
             prior = context.priors.get(m.name, 0.0)
             candidates.append((-(prior * 1e3 + excess.get(m.phase, 0.0) * 1e-3), m))
         candidates.sort(key=lambda pair: (pair[0], pair[1].name))
-        proposals = [Proposal(self.name, m.name, dict(m.delta), m.term, m.fault)
-                     for _, m in candidates]
+        proposals = []
+        for _, m in candidates:
+            delta = self._delta(m, context.setting)
+            if delta is not None:
+                proposals.append(Proposal(self.name, m.name, delta, m.term, m.fault))
         limit = context.limit + (1 if canary else 0)
         return self.fresh(context.__class__(**{**context.__dict__, "limit": limit}), proposals)

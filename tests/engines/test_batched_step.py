@@ -296,3 +296,48 @@ def test_batch_engines_sharing_scratch_stay_lossless_when_interleaved():
                 batch.step()
     assert [r.tokens for r in runs["a"]] == expected
     assert [r.tokens for r in runs["b"]] == expected
+
+
+@pytest.mark.parametrize("setting", ["cpu_c1_tiny", "cpu_c1_tiny-muse"])
+def test_verify_widths_by_occupancy_stay_lossless(setting, monkeypatch):
+    """``verify_widths``: a bucket of 4+ rows drafts and verifies 2 positions per request, 2-3 rows
+    verify 4, one row the whole block; as ragged requests leave, the steps cross all three, and
+    every request still gets its greedy AR tokens."""
+    models = load_models(load_setting(setting))
+    texts = load_prompts("gsm8k", 5)
+    prompts = [models.tokenizer.encode(t).ids[:10 + 4 * i] for i, t in enumerate(texts)]
+    lengths = [26, 6, 12, 18, 22]
+    ar = models.engine(AR)
+    expected = [ar.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True)).tokens
+                for p, n in zip(prompts, lengths)]
+    engine = models.engine(STOCK.replace(name="widths", verify_widths=((2, 4), (4, 2))))
+    batch = BatchEngine(engine, 4, pad_to_buckets=True)
+    widths = collections.Counter()
+    verify = engine._verify_fn
+
+    def counting(cache, draft, verify_ids, positions):
+        widths[verify_ids.shape[1]] += 1
+        return verify(cache, draft, verify_ids, positions)
+
+    monkeypatch.setattr(engine, "_verify_fn", counting)
+    requests = _requests(prompts, lengths)
+    assert _run(batch, requests) == expected
+    assert set(widths) == {2, 4, engine.block_size}
+
+
+def test_verify_widths_cut_a_replayed_count_at_the_step_width():
+    """Replay at a narrower width is the drafter's profile truncated: a row that drew 5 drafts
+    keeps only width - 1 of them (then the target's token), never more than the step verified."""
+    models = load_models(load_setting("cpu_c1_tiny"))
+    texts = load_prompts("gsm8k", 4)
+    prompts = [models.tokenizer.encode(t).ids[:12] for t in texts]
+    params = SamplingParams(max_new_tokens=16, ignore_eos=True)
+    refs = [models.engine(AR).generate(p, params).tokens for p in prompts]
+    engine = models.engine(STOCK.replace(name="widths", verify_widths=((4, 3),)))
+    batch = BatchEngine(engine, 4, pad_to_buckets=True)
+    requests = _requests(prompts, [16] * 4)
+    for req, ref in zip(requests, refs):
+        req.replay = ReplayPlan(ref, AcceptanceProfile.fixed(5, 8), tiny.VOCAB_SIZE)
+    assert _run(batch, requests) == refs
+    for req in requests:  # four rows share the 4-bucket (width 3) until the first ones finish
+        assert req.accept_lengths[0] == 3

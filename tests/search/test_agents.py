@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from specpilot.engine_names import recipe_for
 from specpilot.errors import SpecPilotError
 from specpilot.recipe import STOCK
 from specpilot.search.agents import AgentContext
@@ -13,9 +14,12 @@ from specpilot.search.agents import Proposal
 from specpilot.search.agents.llm import parse_answer
 from specpilot.search.catalog import Mechanism
 from specpilot.search.catalog import load_catalog
+from specpilot.search.catalog import resolve_delta
 from specpilot.search.config import CampaignConfig
 from specpilot.search.driver import merge_deltas
+from specpilot.search.gaps import occupancy_widths
 from specpilot.search.knowledge import KnowledgeStore
+from specpilot.settings import load_setting
 
 CPU = {"gpu": "cpu", "device": "cpu", "dtype": "float32", "target": "Qwen3_5ForCausalLM",
        "hybrid": True, "drafter": "DFlash2DraftModel", "scenario": "c1", "block_size": 8}
@@ -29,9 +33,34 @@ def context(features=CPU, champion=STOCK, gaps=(), tried=frozenset(), priors=Non
 
 
 def test_catalog_entries_are_valid_recipe_deltas():
+    batch_setting = load_setting("h200_c32_muse-glimmer-30b_dflash2")
     for m in load_catalog():
-        recipe = Proposal("catalog", m.name, m.delta, fault=m.fault).recipe(STOCK)
+        delta = resolve_delta(m, batch_setting)  # "cost-model" values computed for the setting
+        recipe = Proposal("catalog", m.name, delta, fault=m.fault).recipe(STOCK)
         assert recipe.to_dict()  # every delta builds a valid recipe
+
+
+def test_occupancy_widths_come_from_the_cost_model_per_setting():
+    """The catalog writes ``verify_widths = "cost-model"``; the agent proposes the numbers the cost
+    model gives for the campaign's setting, and nothing where the whole block is best."""
+    gaps = [{"phase": "verify", "measured_ms": 9.0, "floor_ms": 1.0}]
+    name = "h200_c32_muse-glimmer-30b_dflash2"
+    widths = occupancy_widths(load_setting(name))
+    assert widths and all(2 <= w < 16 for _, w in widths)  # Muse + DFlash2: a 16-wide block
+    assert [w for _, w in widths] == sorted((w for _, w in widths), reverse=True)
+    batch_features = {**H200, "scenario": "cN", "target": "MuseGlimmerForCausalLM",
+                      "hybrid": False, "block_size": 16}
+    proposals = {p.mechanism: p for p in CatalogAgent().propose(AgentContext(
+        name, batch_features, STOCK, gaps, frozenset(), {}, 1, 0, 20))}
+    occupancy = proposals["occupancy-verify-width"]
+    assert occupancy.delta == {"verify_widths": widths}
+    assert occupancy.recipe(STOCK).verify_widths == widths
+    # a CPU batch setting has no GPU ceilings: no widths, no proposal
+    cpu = CatalogAgent().propose(AgentContext("cpu_c4_tiny", {**CPU, "scenario": "cN"}, STOCK,
+                                              gaps, frozenset(), {}, 1, 0, 20))
+    assert "occupancy-verify-width" not in [p.mechanism for p in cpu]
+    named = recipe_for(load_setting(name), "stock+occupancy-verify-width")
+    assert named.verify_widths == widths
 
 
 def test_catalog_agent_respects_requirements_and_ranks_by_gap():
@@ -44,8 +73,8 @@ def test_catalog_agent_respects_requirements_and_ranks_by_gap():
     assert on_gpu[0] == "gdn-replay-rollback"
     assert "w12-target" in on_gpu and "cuda-graphs" not in on_gpu  # stock already has graphs
     assert "tree-verify" not in on_gpu  # measured slower than stock on the H200: not offered
-    batched = [p.mechanism for p in CatalogAgent().propose(
-        context({**H200, "scenario": "cN"}, gaps=gaps, limit=10))]
+    batched = [p.mechanism for p in CatalogAgent().propose(AgentContext(
+        "cpu_c4_tiny", {**H200, "scenario": "cN"}, STOCK, gaps, frozenset(), {}, 1, 0, 10))]
     assert "w12-target" in batched
 
 
