@@ -19,9 +19,10 @@ CUDA graphs per batch bucket: a step of n requests runs on the smallest bucket (
 fewer positions per request once many rows share the forward; the whole block by default);
 rows n .. bucket-1 are inert (no budget: they keep nothing, and a row is reset when a request is
 prefilled into it). The step is two fixed-shape parts, each captured once per bucket when the
-engine is built (the batch is empty then, so capture disturbs nothing): the draft (rows' verify windows -> drafts) and the rest (verify, greedy acceptance with the replayed
-rows' forced counts, the stop/budget clip, the commit -> the table the host reads). Between them the
-host may overwrite replayed rows' drafts. Requests that sample run the same parts eagerly.
+engine is built (the batch is empty then, so capture disturbs nothing): the draft (rows' verify
+windows -> drafts) and the rest (verify, greedy acceptance with the replayed rows' forced counts,
+the stop/budget clip, the commit -> the table the host reads). Between them the host may overwrite
+replayed rows' drafts. Requests that sample run the same parts eagerly.
 """
 
 import dataclasses
