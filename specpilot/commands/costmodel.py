@@ -95,10 +95,12 @@ def run(args: Args) -> int:
 
 
 def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: str) -> None:
-    """The batching mechanisms' terms: the verify width with the best bound, and two-stage
-    verification at its best prefix against one stage."""
+    """The verify-shape terms: the verify width with the best bound, deeper drafting's upper bound,
+    two-stage verification at its best prefix against one stage (and, for a batch, grouped
+    admission and the widths by occupancy)."""
     from specpilot.bench.workload import load_profile
     from specpilot.costmodel.phases import bound_by_width
+    from specpilot.costmodel.phases import deeper_drafting_bound
     from specpilot.costmodel.phases import two_stage_verify_ms
 
     probs = load_profile(profile, block, setting.directory).probs
@@ -107,6 +109,12 @@ def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: st
     best = max(widths, key=widths.get)
     print(f"  verify width ({profile}): best {best} rows per request, bound {widths[best]:.2f}x "
           f"(the full block of {block}: {widths[block]:.2f}x)")
+    deeper = deeper_drafting_bound(target, drafter, gpu, block, args.concurrency, probs,
+                                   args.context, args.rollback)
+    print(f"  deeper drafting ({profile}; upper bound): a block is fully accepted with p = "
+          f"{deeper['p_full_block']:.3f}; bound {deeper['two_blocks']:.2f}x with a second block "
+          f"vs {deeper['one_block']:.2f}x ({deeper['ratio']:.2f}x: "
+          f"{'pays' if deeper['ratio'] > 1.0 else 'does not pay'})")
     two = two_stage_verify_ms(target, drafter, gpu, block, args.concurrency, probs,
                               args.context, args.rollback)
     verdict = "pays" if two["speedup"] > 1.0 else "does not pay"

@@ -166,6 +166,31 @@ def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, blo
             "best_ms": by_prefix[best], "speedup": one / by_prefix[best]}
 
 
+def deeper_drafting_bound(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
+                          num_requests: int, accept_probs: list[float], context: int = 512,
+                          rollback: str = "snapshot") -> dict:
+    """An upper bound on deeper drafting (issue 9 item 2): a second block drafted ahead, as if the
+    first were accepted, and both verified in one forward.
+
+    Costs: a second, sequential drafter pass (the draft phase twice) and ``2 * block - 1`` verify
+    rows. Gain: only when every draft of the first block is accepted (probability
+    ``accept_probs[-1]``), the second block's own accept length; bounded here by the first block's
+    tau (drafts conditioned on unverified tokens accept no better). Returns the bound of one block,
+    of two, the probability of a fully accepted block and the ratio."""
+    tau = 1.0 + sum(k * p for k, p in enumerate(accept_probs))
+    p_full = accept_probs[-1]
+    one = engine_costs(target_config, drafter_config, gpu, block_size, context, rollback,
+                       num_requests)
+    two = engine_costs(target_config, drafter_config, gpu, 2 * block_size - 1, context, rollback,
+                       num_requests)
+    step_one = sum(one[p].floor_ms for p in ("draft", "verify", "commit"))
+    step_two = 2 * one["draft"].floor_ms + two["verify"].floor_ms + two["commit"].floor_ms
+    bound_one = tau * one["ar"].floor_ms / step_one
+    bound_two = (tau + p_full * (tau - 1.0)) * one["ar"].floor_ms / step_two
+    return {"one_block": bound_one, "two_blocks": bound_two, "p_full_block": p_full,
+            "ratio": bound_two / bound_one}
+
+
 def truncated_tau(accept_probs: list[float], width: int) -> float:
     """Tokens per step when each request verifies only ``width`` rows of its block (``accept_probs``
     over 0 .. block-1 drafts accepted, as a replay profile): a parallel drafter's first

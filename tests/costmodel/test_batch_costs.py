@@ -8,6 +8,7 @@ import pytest
 from specpilot.costmodel import GPUS
 from specpilot.costmodel import engine_costs
 from specpilot.costmodel import speedup_bound
+from specpilot.costmodel.phases import deeper_drafting_bound
 from specpilot.costmodel.phases import two_stage_verify_ms
 
 SETTING = Path(__file__).resolve().parents[2] / "settings" / "h200_c1_qwen38-27b_dflash2"
@@ -59,6 +60,8 @@ def test_cli_prints_the_bound_and_the_two_stage_term_at_a_concurrency(capsys):
     assert "128 request(s) per step" in out
     assert "two-stage verify (tau:3.5): best prefix" in out and "pays" in out
     assert "verify width (tau:3.5): best" in out
+    assert "deeper drafting (tau:3.5; upper bound)" in out
+    assert "verify width by occupancy (recipe verify_widths, rows >= N -> width): ((" in out
     with pytest.raises(SystemExit) as exit_:
         cli.main(["costmodel", "h200_c1_qwen38-27b_dflash2", "--concurrency", "0"])
     assert exit_.value.code == 2 and "--concurrency must be >= 1" in capsys.readouterr().err
@@ -86,3 +89,17 @@ def test_fewer_verify_rows_win_only_once_the_batch_is_compute_bound():
 
 def costs_at(num_requests: int):
     return engine_costs(TARGET, DRAFTER, H200, 8, num_requests=num_requests)
+
+
+def test_deeper_drafting_pays_only_when_blocks_are_usually_accepted_whole():
+    """Deeper drafting's bound: a second drafter pass and twice the verify rows, repaid only by
+    the steps whose first block was accepted whole. At the Qwen seed's tau 3.5 (one block in eight
+    accepted whole) it loses; a drafter whose blocks almost always pass would gain."""
+    from specpilot.engines.drafters.replay import AcceptanceProfile
+
+    seed = AcceptanceProfile.parametric(3.5, 8).probs
+    low = deeper_drafting_bound(TARGET, DRAFTER, H200, 8, 1, list(seed), context=256)
+    assert low["p_full_block"] == pytest.approx(seed[-1])
+    assert low["ratio"] < 1.0
+    high = deeper_drafting_bound(TARGET, DRAFTER, H200, 8, 1, [0.0] * 7 + [1.0], context=256)
+    assert high["p_full_block"] == 1.0 and high["ratio"] > 1.3
