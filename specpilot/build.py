@@ -30,6 +30,9 @@ class Models:
     drafter: object | None
     tokenizer: object
     setting: Setting
+    bf16_values: bool = False
+    """Float32 models whose weights all hold bf16 values (a validation twin of a bf16 setting):
+    W12, lossless for bf16 values, may pack them."""
     _w12_weights: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
     _w12_views: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
@@ -46,7 +49,7 @@ class Models:
         from specpilot.engines.models.layers import linear_names
 
         dtype = self.setting.engine.dtype
-        if dtype != "bfloat16":
+        if dtype != "bfloat16" and not self.bf16_values:
             raise SpecPilotError(f"recipe {recipe.name!r}: w12 {list(recipe.w12)} needs a "
                                  f"bfloat16 engine (W12 is lossless for bf16 weights only), but "
                                  f"setting {self.setting.name} runs {dtype}")

@@ -114,7 +114,8 @@ def test_recipe_hash_covers_w12():
     # verification, batched prefill and snapshot kernel fields, which likewise stay out of the
     # hash of recipes that leave them at their defaults)
     new_fields = ("name", "w12", "tree_branches", "tree_positions", "tree_max_nodes",
-                  "batched_prefill", "gdn_snapshot", "admit_ratio", "admit_max_wait_steps")
+                  "batched_prefill", "gdn_snapshot", "admit_ratio", "admit_max_wait_steps",
+                  "verify_widths")
     old = {k: v for k, v in STOCK.to_dict().items() if k not in new_fields}
     assert STOCK.hash() == stable_hash(old)
 
@@ -244,6 +245,23 @@ def small_models():
 def ulps(scale: float, count: int) -> float:
     """``count`` bf16 ulps at magnitude ``scale`` (8 significant bits)."""
     return count * 2.0 ** (math.floor(math.log2(scale)) - 7)
+
+
+def test_float32_weights_of_bf16_values_pack_and_run_in_float32(w12_kernel):
+    """The float32 validation twin: a float32 weight holding bf16 values packs losslessly and its
+    Linear runs the W12 GEMM on float32 activations; one holding other values cannot be W12."""
+    w = synthetic_weight(45, 67, torch.device("cpu"), seed=2, outlier_rate=0.02).float()
+    packed = layers.W12Weight(w)
+    assert torch.equal(packed.packed.unpack().float(), w)
+    for rows in (1, 5):
+        x = torch.randn(rows, 67, generator=torch.Generator().manual_seed(rows))
+        out = packed.linear(x, None, 64)
+        assert out.dtype == torch.float32
+        exact, abs_sum = gemm_exact(x, w)
+        result = check_close("w12 float32 linear", out, exact, abs_sum)
+        assert result.ok, str(result)
+    with pytest.raises(ValueError, match="bf16 values only"):
+        layers.W12Weight(w + 1e-4)
 
 
 def test_linear_with_bias_through_w12_gemm(w12_kernel):

@@ -146,7 +146,9 @@ def use_w12_kernel(x: torch.Tensor) -> bool:
 
 
 class W12Weight:
-    """The W12 form of one bf16 Linear weight ``[N, K]`` (``specpilot.kernels.w12``).
+    """The W12 form of one bf16 Linear weight ``[N, K]`` (``specpilot.kernels.w12``), or of a
+    float32 weight holding bf16 values (the float32 validation twin: inputs stay float32, the
+    kernel's products too).
 
     Decode and verify (at most ``max_rows`` bf16 rows, on CUDA) run the W12 skinny GEMM, which
     decodes the weight in registers and never writes a bf16 copy. Anything else (prefill, the
@@ -161,7 +163,14 @@ class W12Weight:
     def __init__(self, weight: torch.Tensor):
         from specpilot.kernels import w12
 
-        self.packed = w12.pack(weight.detach())
+        weight = weight.detach()
+        if weight.dtype != torch.bfloat16:  # a float32 model (the validation twin) of bf16 values
+            as_bf16 = weight.to(torch.bfloat16)
+            if not torch.equal(as_bf16.to(weight.dtype), weight):
+                raise ValueError(f"W12 is lossless for bf16 values only: this {weight.dtype} "
+                                 "weight holds values bf16 cannot represent")
+            weight = as_bf16
+        self.packed = w12.pack(weight)
         self.blocks = self.packed.row_blocks(self.BLOCK_WEIGHTS)  # [N_i, K], N_i summing to N
 
     @property
@@ -172,7 +181,8 @@ class W12Weight:
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None, max_rows: int) -> torch.Tensor:
         """``x [M, K] @ W^T (+ bias)`` -> ``[M, N]`` in ``x.dtype``."""
-        if x.dtype == torch.bfloat16 and x.shape[0] <= max_rows and use_w12_kernel(x):
+        if (x.dtype in (torch.bfloat16, torch.float32) and x.shape[0] <= max_rows
+                and use_w12_kernel(x)):
             from specpilot.kernels import w12_gemm
 
             if bias is None:
@@ -183,7 +193,8 @@ class W12Weight:
         outs, n0 = [], 0
         for block in self.blocks:
             n1 = n0 + block.shape[0]
-            outs.append(F.linear(x, block.unpack(), None if bias is None else bias[n0:n1]))
+            outs.append(F.linear(x, block.unpack().to(x.dtype),
+                                 None if bias is None else bias[n0:n1]))
             n0 = n1
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 

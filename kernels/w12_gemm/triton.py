@@ -43,6 +43,7 @@ import triton.language as tl
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
+from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import w12_decode_scaled
@@ -136,8 +137,20 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
 
 
 @triton.jit
+def dot_w(w, x_t, acc, X_F32: tl.constexpr):
+    """``acc + w @ x_t``: bf16 MMA for bf16 x; for float32 x (the float32 validation twin) the
+    decoded weights widened exactly and an IEEE float32 dot."""
+    if X_F32:
+        out = tl.dot(w.to(tl.float32), x_t, acc, input_precision="ieee")
+    else:
+        out = dot_bf16(w, x_t, acc)
+    return out
+
+
+@triton.jit
 def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
-             BLOCK_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr):
+             BLOCK_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr,
+             X_F32: tl.constexpr):
     """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
     offs_j = j0 + tl.arange(0, BLOCK_K)
     if MASKED:
@@ -157,8 +170,8 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
                    eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
     xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
                    other=0.0, eviction_policy="evict_last")
-    acc = dot_bf16(w12_decode_scaled(sm_a, nib, False, C0, ASM), xa_t, acc)
-    acc = dot_bf16(w12_decode_scaled(sm_b, nib, True, C0, ASM), xb_t, acc)
+    acc = dot_w(w12_decode_scaled(sm_a, nib, False, C0, ASM), xa_t, acc, X_F32)
+    acc = dot_w(w12_decode_scaled(sm_b, nib, True, C0, ASM), xb_t, acc, X_F32)
     return acc
 
 
@@ -166,7 +179,8 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
 def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                             ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                            SPLIT_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
+                            SPLIT_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr,
+                            X_F32: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
@@ -189,10 +203,10 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     for j0 in range(j_lo, j_full, BLOCK_K):
         acc = dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask, BLOCK_K,
-                       C0, ASM, False)
+                       C0, ASM, False, X_F32)
     if j_full < j_hi:
         acc = dot_step(acc, x_cols, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, t_mask,
-                       BLOCK_K, C0, ASM, True)
+                       BLOCK_K, C0, ASM, True, X_F32)
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     if pid_k == 0:
         out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
@@ -209,12 +223,16 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     Same contract as :func:`specpilot.kernels.w12_gemm.reference.w12_gemm_ref` (up to the summation
     order described in the module docstring). ``config``: an entry of ``space.py``; None picks the
     tuned or default config.
+
+    float32 ``x`` (token forcing on a float32 validation twin, whose weights hold bf16 values) runs
+    the same decode and escape code with float32 products: the GEMV as it is, the swap-AB kernel
+    with an IEEE float32 dot, on the space's default config (tuned entries are bf16 timings).
     """
     if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
         raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
                          f"{tuple(x.shape)} and {tuple(packed.shape)}")
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"w12_gemm takes bf16 x, got {x.dtype}")
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"w12_gemm takes bf16 (or float32) x, got {x.dtype}")
     if x.device != packed.device:
         raise ValueError(f"x is on {x.device} but the W12 weight is on {packed.device}")
     if x.stride(1) != 1:
@@ -226,6 +244,9 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         return out
     if k == 0:
         return out.zero_()
+    x_f32 = x.dtype == torch.float32
+    if x_f32 and config is None:
+        config = space.default_config(m, n, k, num_sms(x.device))
     plan = plan_skinny("w12_gemm", config, m, n, k, k2, x.device, space)
     cfg = plan.cfg
     planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
@@ -240,7 +261,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
-            plan.k_per_split, BLOCK_T=plan.block_t, **meta)
+            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

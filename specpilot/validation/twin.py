@@ -101,10 +101,23 @@ def strict_float32(on: bool = True):
 
 
 def needs_engine_dtype(recipe) -> bool:
-    """Whether ``recipe`` switches on kernels that only run in bf16 (W12 weights, the Triton
-    skinny GEMM): on a float32 twin they would fall back to torch's and go unchecked, so such a
-    recipe is token-forced on a twin in the engine's own dtype."""
-    return recipe is not None and (bool(recipe.w12) or recipe.gemm == "triton")
+    """Whether ``recipe`` switches on kernels that only run in bf16 (the Triton skinny GEMM): on a
+    float32 twin it would fall back to torch's and go unchecked, so such a recipe is token-forced
+    on a twin in the engine's own dtype. W12 is not one: a float32 twin of a bf16 setting holds
+    bf16 values (:func:`round_to_bf16_values`), which W12 packs losslessly, and its GEMM runs with
+    float32 activations there."""
+    return recipe is not None and recipe.gemm == "triton"
+
+
+def round_to_bf16_values(model) -> None:
+    """Round every parameter of a float32 ``model`` to the nearest bf16 value, in place: the twin of
+    a bf16 setting then holds weights its W12 recipes can pack losslessly, as the setting's own
+    models do (the AR reference and the candidate read the same rounded weights)."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(param.to(torch.bfloat16).to(param.dtype))
 
 
 def _num_layers(config: dict) -> int:
@@ -150,7 +163,12 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
         drafter = random_model(retarget_drafter(drafter_config, layers, val.depth), device,
                                DTYPES[engine.dtype], seed=setting.drafter.seed)
         drafter.check_target(target)
-    return Models(target, drafter, load_tokenizer(twin, None), twin)
+    bf16_values = engine.dtype == "float32" and setting.engine.dtype == "bfloat16"
+    if bf16_values:
+        for model in (target, drafter):
+            if model is not None:
+                round_to_bf16_values(model)
+    return Models(target, drafter, load_tokenizer(twin, None), twin, bf16_values=bf16_values)
 
 
 def twin_of(models, recipe=None):

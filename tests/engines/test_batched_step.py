@@ -17,6 +17,7 @@ from specpilot.engines.batch_rows import RowState
 from specpilot.engines.drafters.replay import AcceptanceProfile
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.engine import SamplingParams
+from specpilot.errors import SpecPilotError
 from specpilot.recipe import AR
 from specpilot.recipe import STOCK
 from specpilot.settings import load_setting
@@ -341,3 +342,12 @@ def test_verify_widths_cut_a_replayed_count_at_the_step_width():
     assert _run(batch, requests) == refs
     for req in requests:  # four rows share the 4-bucket (width 3) until the first ones finish
         assert req.accept_lengths[0] == 3
+
+
+@pytest.mark.parametrize("widths", [((1, 4),), ((4, 1),), ((4, 8), (4, 6)), ((8, 4), (4, 2)),
+                                    (("a", 2),), ((4, True),)])
+def test_bad_verify_widths_are_clear_errors(widths):
+    with pytest.raises(SpecPilotError, match="verify_widths must be"):
+        STOCK.replace(verify_widths=widths)
+    with pytest.raises(SpecPilotError, match="needs a speculative chain recipe"):
+        AR.replace(verify_widths=((4, 2),))

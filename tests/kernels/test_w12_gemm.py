@@ -111,6 +111,23 @@ def test_window_of_non_finite_weights_takes_the_other_offset():
         assert torch.isposinf(w12_gemm_triton(xi, packed, config=config)).all()
 
 
+@pytest.mark.parametrize("m, config", [(1, gemv()), (5, dot(bn=32, warps=2))],
+                         ids=["gemv", "dot"])
+def test_float32_activations(m, config):
+    """The float32 validation twin runs W12 with float32 x: same decode and escapes, float32
+    products (an IEEE float32 dot in the swap-AB kernel), float32 out."""
+    x, w, packed = _inputs(m, 67, 45)
+    x32 = torch.randn((m, 67), generator=torch.Generator().manual_seed(9))
+    exact, abs_sum = gemm_exact(x32, w)
+    for cfg in (config, None):  # None: the space default (tuned entries are bf16 timings)
+        out = w12_gemm_triton(x32, packed, config=cfg)
+        assert out.dtype == torch.float32
+        res = check_close("w12 float32 x", out, exact, abs_sum)
+        assert res.ok, str(res)
+    with pytest.raises(TypeError, match="bf16 \\(or float32\\) x"):
+        w12_gemm_triton(x32.double(), packed)
+
+
 def test_reference_and_linear():
     x, w, packed = _inputs(2, 40, 24)
     assert_gemm_close("w12_gemm_ref", w12_gemm_ref(x, packed), x, w)

@@ -157,19 +157,38 @@ def test_the_campaign_worker_token_forces_on_the_twin_and_times_the_full_models(
 
 
 def test_a_recipe_with_bf16_only_kernels_is_forced_on_a_twin_in_the_engine_dtype(seed_like):
-    """The Triton GEMM and W12 run only in bf16: on a float32 twin they would fall back to torch's
-    GEMM unchecked, so their recipes get the cut twin in the engine's bf16."""
+    """The Triton GEMM runs only in bf16: on a float32 twin it would fall back to torch's GEMM
+    unchecked, so its recipes get the cut twin in the engine's bf16."""
     from specpilot.settings import load_setting
     from specpilot.validation.twin import needs_engine_dtype
     from specpilot.validation.twin import validation_models
 
     triton = STOCK.replace(gemm="triton")
-    assert needs_engine_dtype(triton) and needs_engine_dtype(STOCK.replace(w12=("lm_head",)))
-    assert not needs_engine_dtype(STOCK)
+    assert needs_engine_dtype(triton) and not needs_engine_dtype(STOCK)
+    assert not needs_engine_dtype(STOCK.replace(w12=("lm_head",)))  # W12 runs in float32 too
     twin = validation_models(load_setting(seed_like), recipe=triton)
     assert twin.target.num_layers == 8 and twin.setting.engine.dtype == "bfloat16"
     assert validation_models(load_setting(seed_like), recipe=triton, dtype="float32") \
         .setting.engine.dtype == "float32"  # an explicit dtype still wins
+
+
+def test_a_w12_recipe_is_forced_on_the_float32_twin_whose_weights_hold_bf16_values(seed_like,
+                                                                                    capsys):
+    """The float32 twin of a bf16 setting rounds its random weights to bf16 values, so W12 packs
+    them losslessly and a W12 recipe is token-forced there (float32 activations), not on a bf16
+    twin whose near-ties reject any GEMM that is not bit-identical."""
+    import torch
+
+    from specpilot.settings import load_setting
+    from specpilot.validation.twin import validation_models
+
+    twin = validation_models(load_setting(seed_like), recipe=STOCK.replace(w12=("target",)))
+    assert twin.setting.engine.dtype == "float32" and twin.bf16_values
+    for model in (twin.target, twin.drafter):
+        for param in model.parameters():
+            assert torch.equal(param.to(torch.bfloat16).float(), param)
+    assert cli.main(["validate", seed_like, "--engine", "stock+w12-target+w12-lm-head"]) == 0
+    assert "PASS" in capsys.readouterr().out
 
 
 def test_a_cut_that_would_shift_a_derived_layer_pattern_is_refused():
@@ -180,7 +199,9 @@ def test_a_cut_that_would_shift_a_derived_layer_pattern_is_refused():
 
 @pytest.mark.parametrize("name", ["h200_c1_qwen38-27b_dflash2", "h200_c1_qwen38-27b_dspark",
                                   "h200_c1_muse-glimmer-30b_dflash2",
-                                  "h200_c1_muse-glimmer-30b_dspark"])
+                                  "h200_c1_muse-glimmer-30b_dspark",
+                                  "h200_c32_qwen38-27b_dflash2",
+                                  "h200_c32_muse-glimmer-30b_dflash2"])
 def test_every_h200_seed_setting_has_a_twin_its_drafter_fits(name):
     """The seed settings name an 8-layer float32 twin, and their drafters (DSpark: 8 taps) fit it
     (built on the meta device: shapes only)."""
