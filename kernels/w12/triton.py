@@ -65,16 +65,17 @@ def _scaled_asm(hi: bool, c0: int) -> str:
             + _SCALED_PAIRS + "\n}")
 
 
-SCALED_LO_70: tl.constexpr = tl.constexpr(_scaled_asm(False, 0x70))
-SCALED_HI_70: tl.constexpr = tl.constexpr(_scaled_asm(True, 0x70))
-SCALED_LO_80: tl.constexpr = tl.constexpr(_scaled_asm(False, 0x80))
-SCALED_HI_80: tl.constexpr = tl.constexpr(_scaled_asm(True, 0x80))
+SCALED_C0 = (0x70, 0x80)
+# index 2 * SCALED_C0.index(C0) + HI
+SCALED_ASM: tl.constexpr = tl.constexpr(tuple(_scaled_asm(hi, c0) for c0 in SCALED_C0
+                                              for hi in (False, True)))
 
 
 def window_c0(base: int) -> int:
-    """The constant exponent offset of the base-free decode: 0x70 unless the window starts above
-    239, where ``2^(base - 0x70)`` would overflow fp32 (then 0x80)."""
-    return 0x70 if base <= 239 else 0x80
+    """The constant exponent offset of the base-free decode (one of :data:`SCALED_C0`): 0x70
+    unless the window starts above 239, where ``2^(base - 0x70)`` would overflow fp32 (then
+    0x80)."""
+    return SCALED_C0[0] if base <= 239 else SCALED_C0[1]
 
 
 def window_scale(base: int) -> float:
@@ -89,20 +90,8 @@ def w12_decode_scaled(sm, nib, HI: tl.constexpr, C0: tl.constexpr, ASM: tl.const
     Only integer ops on the two tiles and constants, so Triton decodes in the MMA operand layout.
     """
     if ASM:
-        if HI:
-            if C0 == 0x70:
-                w = tl.inline_asm_elementwise(SCALED_HI_70, "=r,=r,r,r", [sm, nib],
-                                              dtype=tl.bfloat16, is_pure=True, pack=4)
-            else:
-                w = tl.inline_asm_elementwise(SCALED_HI_80, "=r,=r,r,r", [sm, nib],
-                                              dtype=tl.bfloat16, is_pure=True, pack=4)
-        else:
-            if C0 == 0x70:
-                w = tl.inline_asm_elementwise(SCALED_LO_70, "=r,=r,r,r", [sm, nib],
-                                              dtype=tl.bfloat16, is_pure=True, pack=4)
-            else:
-                w = tl.inline_asm_elementwise(SCALED_LO_80, "=r,=r,r,r", [sm, nib],
-                                              dtype=tl.bfloat16, is_pure=True, pack=4)
+        w = tl.inline_asm_elementwise(SCALED_ASM[2 * (C0 == 0x80) + HI], "=r,=r,r,r", [sm, nib],
+                                      dtype=tl.bfloat16, is_pure=True, pack=4)
     else:
         s = sm.to(tl.int16)
         if HI:
