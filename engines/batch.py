@@ -100,12 +100,13 @@ class BatchEngine:
         self.rows = RowState(max_batch, device)
         self.transfers = Transfers(max_batch, block + 2, device)
         self._ones = torch.ones(max_batch, dtype=torch.long, device=device)
-        if engine.drafter is not None:  # verify windows [pending, MASK x (B-1)] at committed ..
-            self._block_ids = torch.full((max_batch, block), engine.drafter.mask_token_id,
+        if engine.drafter is not None:  # draft windows [pending, MASK x (D-1)] at committed ..
+            draft = engine.draft_block  # the drafter's own block; a step verifies <= block of it
+            self._block_ids = torch.full((max_batch, draft), engine.drafter.mask_token_id,
                                          dtype=torch.long, device=device)
-            self._offsets = torch.arange(block, device=device)
-            self._positions = torch.zeros(max_batch, block, dtype=torch.long, device=device)
-            self._drafts = torch.zeros(max_batch, block - 1, dtype=torch.long, device=device)
+            self._offsets = torch.arange(draft, device=device)
+            self._positions = torch.zeros(max_batch, draft, dtype=torch.long, device=device)
+            self._drafts = torch.zeros(max_batch, draft - 1, dtype=torch.long, device=device)
             # replayed rows' drawn counts (-1: the target's own acceptance); the captured second
             # part reads this buffer, so it is cleared whenever no row is replayed
             self._forced = torch.full((max_batch,), -1, dtype=torch.long, device=device)
@@ -152,8 +153,7 @@ class BatchEngine:
     def _check(self, req: Running) -> None:
         """A request that can never fit a row raises ValueError (before anything is run)."""
         e = self.engine
-        capacity = len(req.prompt_ids) + req.params.max_new_tokens + e.block_size + 1
-        if capacity > e.max_len:
+        if len(req.prompt_ids) + req.params.max_new_tokens > e.context:
             raise ValueError(f"prompt ({len(req.prompt_ids)}) + max_new_tokens "
                              f"({req.params.max_new_tokens}) exceeds the context of {e.max_len}")
 
@@ -319,27 +319,26 @@ class BatchEngine:
         return self._finish(size, tokens[:, None], ones, ones)
 
     def _width(self, size: int) -> int:
-        """Positions per request a step over ``size`` rows drafts and verifies (the recipe's
-        ``verify_widths`` for that bucket, else the whole block)."""
+        """Positions per request a step over ``size`` rows verifies (the recipe's
+        ``verify_widths`` for that bucket, else the whole block) of the drafter's whole block."""
         return self.engine.recipe.width_for(size, self.engine.block_size)
 
     def _draft(self, size: int) -> torch.Tensor:
-        """First part: every row's verify window -> its drafts [size, W-1] (a view of a persistent
-        buffer); W = :meth:`_width`."""
+        """First part: every row's draft window (the drafter's whole block) -> the drafts this
+        step verifies [size, W-1], W = :meth:`_width` (a view of a persistent buffer)."""
         _, draft = self._rows(size)
-        width = self._width(size)
-        block_ids, positions = self._block_ids[:size, :width], self._positions[:size, :width]
+        block_ids, positions = self._block_ids[:size], self._positions[:size]
         block_ids[:, 0] = self.rows.pending[:size]
-        torch.add(self.rows.committed[:size, None], self._offsets[:width], out=positions)
+        torch.add(self.rows.committed[:size, None], self._offsets, out=positions)
         drafts, _ = self.engine._draft_fn(draft, block_ids, positions)
-        return self._drafts[:size, :width - 1].copy_(drafts)
+        return self._drafts[:size].copy_(drafts)[:, :self._width(size) - 1]
 
     def _verify(self, size: int, forced: torch.Tensor) -> torch.Tensor:
         """Second part: verify every row's window (:meth:`_width` positions); row i proposes
         ``[d_1 .. d_a, bonus]``.
 
         ``forced`` [max_batch]: a replayed row's drawn count (``Engine._replayed`` for all rows at
-        once: its first min(k, B-1) drafts are kept, then the target's token there); -1: the
+        once: its first min(k, W-1) drafts are kept, then the target's token there); -1: the
         target's own greedy acceptance.
         """
         e, width = self.engine, self._width(size)

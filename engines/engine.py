@@ -87,6 +87,11 @@ class Engine:
         if self.drafter is not None and self.block_size > self.drafter.block_size:
             raise ValueError(f"recipe {recipe.name!r}: block_size {self.block_size} exceeds the "
                              f"drafter's verify window of {self.drafter.block_size}")
+        # A chain step always drafts the drafter's own block and verifies its first block_size
+        # positions: a parallel drafter attends across its block, so a narrower draft window would
+        # change even the first drafts (and leave the block it was trained on); cut after drafting,
+        # the verified drafts are exactly the full block's first ones (the replay's truncation).
+        self.draft_block = self.drafter.block_size if self.drafter is not None else 1
         self.device = target.lm_head.weight.device
         if recipe.tree_verify:
             self._check_tree(recipe, target)
@@ -117,6 +122,13 @@ class Engine:
         if limit is not None and recipe.tree_max_nodes > limit:
             fail(f"tree_max_nodes {recipe.tree_max_nodes} exceeds the {limit} rows one forward of "
                  f"{type(target).__name__} may write")
+
+    @property
+    def context(self) -> int:
+        """Largest prompt + max_new_tokens a request may ask for: a step drafts up to
+        ``draft_block`` rows past the committed tokens (a tree step up to its nodes)."""
+        rows = max(self.draft_block, self.recipe.tree_max_nodes if self.recipe.tree_verify else 0)
+        return self.max_len - rows - 1
 
     @property
     def capture(self) -> tuple[int, ...]:
@@ -176,15 +188,15 @@ class Engine:
                     lambda ids, positions: self._decode_fn(cache, ids, positions),
                     {"ids": one[None], "positions": one[None]}, pool)}
             else:
-                ids = torch.ones(1, block, dtype=torch.long, device=dev)
-                pos = torch.arange(block, device=dev)[None]
+                ids = torch.ones(1, self.draft_block, dtype=torch.long, device=dev)
+                pos = torch.arange(self.draft_block, device=dev)[None]
                 graphs = {"draft": CapturedStep(
                     lambda block_ids, positions: self._draft_fn(draft_cache, block_ids, positions)[0],
                     {"block_ids": ids, "positions": pos}, pool)}
                 graphs["verify"] = CapturedStep(
                     lambda verify_ids, positions: self._verify_fn(cache, draft_cache, verify_ids,
                                                                   positions),
-                    {"verify_ids": ids, "positions": pos}, pool)
+                    {"verify_ids": ids[:, :block], "positions": pos[:, :block]}, pool)
                 pending = cache.pending_rows()
                 graphs["commit"] = CapturedStep(
                     lambda num_rows, new_len: self._commit_fn(cache, draft_cache, num_rows, new_len,
@@ -221,9 +233,9 @@ class Engine:
         if use_tree and params.temperature > 0:
             raise SpecPilotError(f"recipe {self.recipe.name!r}: tree verification is greedy-only "
                                  f"(temperature 0), got temperature {params.temperature}")
-        rows = max(self.block_size, self.recipe.tree_max_nodes if use_tree else 0)  # one verify's
+        rows = max(self.draft_block, self.recipe.tree_max_nodes if use_tree else 0)  # one step's
         capacity = num_prompt + params.max_new_tokens + rows + 1
-        if capacity > self.max_len:
+        if num_prompt + params.max_new_tokens > self.context:
             raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the engine's context of {self.max_len} tokens")
         for model in (self.target, self.drafter):
@@ -344,13 +356,17 @@ class Engine:
             else:
                 drafts, draft_probs = self._draft_fn(draft_cache, block_ids, positions, temperature,
                                                      generator)
+        # the drafter's whole block was drafted; the step verifies its first ``block`` positions
+        drafts, positions = drafts[:, :block - 1], positions[:, :block]
+        if draft_probs is not None:
+            draft_probs = draft_probs[:, :block - 1]
         if replay is not None:
             drafts = torch.tensor([replay.override(num_generated, block - 1)], device=self.device)
             draft_probs = None
         verify_ids = torch.cat([block_ids[:, :1], drafts], dim=1)
         if self.recipe.verify_budget == "sps":
             confidence = self._confidence if self._own_confidence else self.drafter.last_confidence
-            _, lengths = choose_verify_lengths(confidence, self.recipe.sps_table)
+            _, lengths = choose_verify_lengths(confidence[:, :block - 1], self.recipe.sps_table)
             verify_ids, positions = verify_ids[:, :lengths[0]], positions[:, :lengths[0]]
             draft_probs = draft_probs[:, :lengths[0] - 1] if draft_probs is not None else None
         self._last_width = verify_ids.shape[1]
@@ -376,7 +392,7 @@ class Engine:
         returns (kept tokens, the target's logits for them [n, V]). Greedy only."""
         recipe, block = self.recipe, self.block_size
         anchor, start = self._scalar(pending), self._scalar(committed)
-        block_ids, positions = self._block(anchor, start)
+        block_ids, positions = self._block(anchor, start, block)  # a tree drafts its own width
         with self._phase("draft"):
             rows = self.drafter.query_rows(block)
             hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
@@ -408,10 +424,12 @@ class Engine:
             a, bonus = self._replayed(replay, a, logits, block)
         return tail[3:3 + a] + [bonus], logits[:a + 1]
 
-    def _block(self, pending: torch.Tensor, start: torch.Tensor):
-        """Verify windows ``[pending, MASK x (B-1)]`` at ``start ..`` for rows pending/start [R]."""
-        positions = start[:, None] + torch.arange(self.block_size, device=self.device)
-        block_ids = torch.full((pending.shape[0], self.block_size), self.drafter.mask_token_id,
+    def _block(self, pending: torch.Tensor, start: torch.Tensor, width: int | None = None):
+        """Draft windows ``[pending, MASK x (W-1)]`` at ``start ..`` for rows pending/start [R];
+        ``width`` W defaults to the drafter's block."""
+        width = width or self.draft_block
+        positions = start[:, None] + torch.arange(width, device=self.device)
+        block_ids = torch.full((pending.shape[0], width), self.drafter.mask_token_id,
                                device=self.device)
         block_ids[:, 0] = pending
         return block_ids, positions

@@ -72,13 +72,12 @@ class Scheduler:
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raise ValueError now if the request can never run (so the caller can answer 4xx)."""
-        need = len(prompt_ids) + params.max_new_tokens + self.engine.block_size + 1
         if not prompt_ids:
             raise ValueError("the prompt is empty")
-        if need > self.engine.max_len:
+        if len(prompt_ids) + params.max_new_tokens > self.engine.context:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens "
                              f"({params.max_new_tokens}) exceeds the context of "
-                             f"{self.engine.max_len - self.engine.block_size - 1} tokens")
+                             f"{self.engine.context} tokens")
 
     def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                on_event, replay=None) -> None:

@@ -14,7 +14,7 @@
    (the verify forward runs the W12 GEMM at M = block size).
 
 Writes ``$OUT/h200_w12_ar.json``. Run from the repo root:
-``python3 experiments/h200_w12_ar.py [--ms 1,16] [--wide] [--rounds 3] [--spec]``
+``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec]``
 """
 
 import argparse
@@ -114,7 +114,8 @@ def interleave(engines: dict, workload, rounds: int, replay=None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ms", default="1,16", help="M values the GEMM sweep tunes")
+    parser.add_argument("--ms", default="1,8,16", help="M values the GEMM sweep tunes (1: AR "
+                        "decode; 8: the DFlash2 verify of the --spec run; 16: the issue's M)")
     parser.add_argument("--budget-s", type=float, default=150.0, help="GEMM sweep budget")
     parser.add_argument("--no-tune", action="store_true", help="use the cache as it is")
     parser.add_argument("--wide", action="store_true", help="sweep WIDE_W12 too")

@@ -75,18 +75,21 @@ def _fixed_ms(measured: dict, gpu, target: dict, drafter: dict | None, recipe):
     return {}, kernels, launch_us
 
 
-def occupancy_widths(setting) -> tuple[tuple[int, int], ...]:
+def occupancy_widths(setting, concurrency: int | None = None,
+                     bounds_at=None) -> tuple[tuple[int, int], ...]:
     """A recipe's ``verify_widths`` for this setting: for each batch bucket 2, 4, .. up to the
     setting's concurrency, the verify width the cost model bounds highest with that many requests
     decoded together (:func:`width_bounds` at that occupancy), listed where it changes; () when the
-    whole block is best everywhere, or without a profile or GPU ceilings."""
-    concurrency = setting.scenario.concurrency
+    whole block is best everywhere, or without a profile or GPU ceilings. ``bounds_at(rows)``
+    replaces :func:`width_bounds` (the costmodel command passes its own GPU, profile and context)."""
+    concurrency = concurrency or setting.scenario.concurrency
+    bounds_at = bounds_at or (lambda rows: width_bounds(setting, rows))
     # the batched engine's CUDA-graph buckets for that many rows, the single row left out
     buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
                      - {1})
     table, current = [], None
     for rows in buckets:
-        bounds = width_bounds(setting, rows)
+        bounds = bounds_at(rows)
         if not bounds:
             return ()
         best = max(bounds, key=lambda w: (bounds[w], w))  # ties: the wider

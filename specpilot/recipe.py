@@ -33,7 +33,8 @@ class Recipe:
     speculative: bool = True
     """False: plain autoregressive decoding (the reference engine)."""
     block_size: int | None = None
-    """Verify window incl. the anchor; None = the drafter checkpoint's (DFlash 16, DFlash2 8)."""
+    """Verify window incl. the anchor; None = the drafter checkpoint's (DFlash 16, DFlash2 8). A
+    chain step drafts the drafter's whole block and verifies its first ``block_size`` positions."""
     gdn_rollback: Literal["snapshot", "replay"] = "snapshot"
     """How Gated-DeltaNet state returns to the last accepted token (DESIGN.md §3.2)."""
     gdn_snapshot: Literal["per-token", "fused"] = "per-token"
@@ -79,10 +80,11 @@ class Recipe:
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
     verify_widths: tuple[tuple[int, int], ...] = ()
     """Batch scenarios: ``(rows, width)`` pairs, rows >= 2 increasing. A batched step over at least
-    ``rows`` rows (its CUDA-graph bucket) drafts and verifies ``width`` positions per request (the
+    ``rows`` rows (its CUDA-graph bucket) verifies ``width`` positions of each drafted block (the
     anchor included) instead of the whole block: once the verify forward is compute-bound, fewer
     rows per request cost less and lose only the tokens past them. Chosen per setting from the
-    cost model (``search/widths.py``); () = the whole block at every occupancy."""
+    cost model (``search.gaps.occupancy_widths``); () = the whole block at every occupancy. Without
+    CUDA-graph padding (graphs off) a step's rows are its running requests."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():
@@ -130,7 +132,7 @@ class Recipe:
         object.__setattr__(self, "verify_widths", pairs)
 
     def width_for(self, rows: int, block_size: int) -> int:
-        """Positions per request a batched step over ``rows`` rows drafts and verifies."""
+        """Positions per request a batched step over ``rows`` rows verifies."""
         width = block_size
         for min_rows, w in self.verify_widths:
             if rows >= min_rows:

@@ -150,12 +150,13 @@ class W12Weight:
     float32 weight holding bf16 values (the float32 validation twin: inputs stay float32, the
     kernel's products too).
 
-    Decode and verify (at most ``max_rows`` bf16 rows, on CUDA) run the W12 skinny GEMM, which
-    decodes the weight in registers and never writes a bf16 copy. Anything else (prefill, the
-    batched engine's wide verify, CPU inputs) decodes one row block of ``BLOCK_WEIGHTS`` weights at
-    a time into a temporary bf16 tensor (32 MiB at most) and multiplies it with ``F.linear``. The
-    decoded block is bit-identical to the original rows, so that path computes the GEMM the bf16
-    engine computes, block by block; on CPU it gives the bf16 engine's bits exactly.
+    Decode and verify (at most ``max_rows`` bf16 or float32 rows, on CUDA) run the W12 skinny
+    GEMM, which decodes the weight in registers and never writes a bf16 copy. Anything else (the
+    prefill, the batched engine's wide verify, CPU inputs) decodes one row block of
+    ``BLOCK_WEIGHTS`` weights at a time into a temporary tensor (32 MiB of bf16 at most) and
+    multiplies it with ``F.linear``. The decoded block is bit-identical to the original rows, so
+    that path computes the GEMM the unpacked engine computes, block by block; on CPU it gives that
+    engine's bits exactly.
     """
 
     BLOCK_WEIGHTS = 1 << 24

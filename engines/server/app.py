@@ -132,7 +132,7 @@ def create_app(models, engine, scheduler, *, engine_name: str,
     from specpilot.build import resolve
 
     setting = models.setting
-    context = engine.max_len - engine.block_size - 1
+    context = engine.context
     limit = min(max_tokens_limit or context - 1, context - 1)
     target_dir = resolve(setting.target, setting, "target")
     metrics = ServerMetrics(scheduler, engine.block_size)

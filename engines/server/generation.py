@@ -42,7 +42,7 @@ class ServerState:
     @property
     def context(self) -> int:
         """Largest prompt + max_tokens a request may ask for."""
-        return self.engine.max_len - self.engine.block_size - 1
+        return self.engine.context
 
     @property
     def vocab_size(self) -> int:

@@ -12,7 +12,8 @@ dims):
   K is odd the last ``sm`` column is padding (decodes to a finite value; kernels mask its
   activation).
 - ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers
-  the most weights (lowest such base on ties; ``0 <= base <= 240`` so ``base + code <= 255``).
+  the most weights (lowest such base on ties; ``1 <= base <= 239``, so exponents 0 and 255 -- zeros,
+  subnormals, inf, NaN -- are always escapes and every in-window weight is a normal number).
 - Escapes (weights whose exponent lies outside the window: tiny magnitudes, exact zeros,
   subnormals, outliers, inf/NaN): stored out of band as a per-row CSR, ``row_ptr [R + 1]``,
   ``esc_col [E]``, ``esc_bits [E]`` (the exact bf16 bits) and ``esc_delta [E]`` = fp32(exact) -
@@ -166,5 +167,7 @@ class W12Tensor:
             if tuple(t.shape) != (e,) or t.dtype != dtype:
                 raise ValueError(f"W12Tensor.{name}: expected {dtype} ({e},), got {t.dtype} "
                                  f"{tuple(t.shape)}")
-        if not 0 <= self.base <= 240:
-            raise ValueError(f"W12Tensor.base must be in [0, 240], got {self.base}")
+        if not 1 <= self.base <= 239:
+            raise ValueError(f"W12Tensor.base must be in [1, 239], got {self.base} (a tensor "
+                             "packed before exponents 0 and 255 were always escapes: pack it "
+                             "again)")

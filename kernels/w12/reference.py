@@ -40,14 +40,22 @@ def bf16_of(bits: torch.Tensor) -> torch.Tensor:
     return torch.where(bits >= 0x8000, bits - 0x10000, bits).to(torch.int16).view(torch.bfloat16)
 
 
+BASE_MIN, BASE_MAX = 1, 239
+"""The window never holds exponent 0 (zeros, subnormals) or 255 (inf, NaN): those are always
+escapes, so every in-window weight is a normal number and the GEMMs' base-free decode
+(``kernels/w12/triton.py``) is exact."""
+
+
 def choose_base(w2: torch.Tensor) -> int:
-    """Start of the 16-wide exponent window covering most weights (lowest on ties), in [0, 240]."""
+    """Start of the 16-wide exponent window covering most weights (lowest on ties), in
+    [BASE_MIN, BASE_MAX]."""
     hist = torch.zeros(256, dtype=torch.int64, device=w2.device)
     for rows in row_chunks(*w2.shape):
         hist += torch.bincount(((bits_of(w2[rows]) >> 7) & 0xFF).flatten(), minlength=256)
+    hist[0] = hist[255] = 0  # never inside the window
     csum = torch.cat([hist.new_zeros(1), hist.cumsum(0)])
     covered = csum[WINDOW:] - csum[:-WINDOW]  # [241]: weights in [b, b + 15]
-    return int(torch.argmax(covered))
+    return BASE_MIN + int(torch.argmax(covered[BASE_MIN:BASE_MAX + 1]))
 
 
 def decoded_bits(bits: torch.Tensor, base: int) -> torch.Tensor:

@@ -12,13 +12,14 @@ needs a GPU; the interpreter runs ``"int"``. Both are bit-exact by construction,
 using them is checked against the reference before it is timed.
 
 The GEMMs decode *without the base* (:func:`w12_decode_scaled`): the exponent field becomes
-``C0 + code`` for a constant ``C0`` (0x70, or 0x80 for a window above 239), i.e. every weight times
-``2^(C0 - base)``, and the kernel multiplies its fp32 sums by ``2^(base - C0)`` once
-(:func:`window_scale`). A power-of-two scale commutes with fp32 rounding, so the sums equal those of
-the true weights (outside fp32 underflow). What that buys: ``C0 | code`` is one OR with a constant,
-so the decode is a chain of integer ops on the two loaded tiles and compile-time constants, which
-Triton moves past the layout conversion into the MMA operand layout: the bytes go from shared memory
-straight into the A fragments and are decoded there, with no bf16 round trip through shared memory.
+``C0 + code`` for the constant ``C0 = 0x70``, i.e. every weight times ``2^(C0 - base)``, and the
+kernel multiplies its fp32 sums by ``2^(base - C0)`` once (:func:`window_scale`; ``base`` in
+[1, 239] keeps it a normal fp32 and every in-window weight a normal number). A power-of-two scale
+commutes with fp32 rounding, so the sums equal those of the true weights (outside fp32
+underflow). What that buys: ``C0 | code`` is one OR with a constant, so the decode is a chain of
+integer ops on the two loaded tiles and compile-time constants, which Triton moves past the layout
+conversion into the MMA operand layout: the bytes go from shared memory straight into the A
+fragments and are decoded there, with no bf16 round trip through shared memory.
 """
 
 import torch
@@ -65,40 +66,33 @@ def _scaled_asm(hi: bool, c0: int) -> str:
             + _SCALED_PAIRS + "\n}")
 
 
-SCALED_C0 = (0x70, 0x80)
-# index 2 * SCALED_C0.index(C0) + HI
-SCALED_ASM: tl.constexpr = tl.constexpr(tuple(_scaled_asm(hi, c0) for c0 in SCALED_C0
-                                              for hi in (False, True)))
-
-
-def window_c0(base: int) -> int:
-    """The constant exponent offset of the base-free decode (one of :data:`SCALED_C0`): 0x70
-    unless the window starts above 239, where ``2^(base - 0x70)`` would overflow fp32 (then
-    0x80)."""
-    return SCALED_C0[0] if base <= 239 else SCALED_C0[1]
+C0 = 0x70
+SCALED_ASM: tl.constexpr = tl.constexpr((_scaled_asm(False, C0), _scaled_asm(True, C0)))
 
 
 def window_scale(base: int) -> float:
     """``2^(base - C0)``: what the GEMMs multiply their fp32 sums by after a scaled decode."""
-    return 2.0 ** (base - window_c0(base))
+    if not 1 <= base <= 239:
+        raise ValueError(f"W12 window base {base} is outside [1, 239]: pack the tensor again")
+    return 2.0 ** (base - C0)
 
 
 @triton.jit
-def w12_decode_scaled(sm, nib, HI: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
+def w12_decode_scaled(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
     """bf16 tile of the weights times ``2^(C0 - base)`` (exponent field ``C0 | code``).
 
     Only integer ops on the two tiles and constants, so Triton decodes in the MMA operand layout.
     """
     if ASM:
-        w = tl.inline_asm_elementwise(SCALED_ASM[2 * (C0 == 0x80) + HI], "=r,=r,r,r", [sm, nib],
-                                      dtype=tl.bfloat16, is_pure=True, pack=4)
+        w = tl.inline_asm_elementwise(SCALED_ASM[HI], "=r,=r,r,r", [sm, nib], dtype=tl.bfloat16,
+                                      is_pure=True, pack=4)
     else:
         s = sm.to(tl.int16)
         if HI:
             c = (nib >> 4).to(tl.int16)
         else:
             c = (nib & 15).to(tl.int16)
-        bits = ((s & 0x80) << 8) | (s & 0x7F) | ((c | C0) << 7)
+        bits = ((s & 0x80) << 8) | (s & 0x7F) | ((c | 0x70) << 7)
         w = bits.to(tl.bfloat16, bitcast=True)
     return w
 

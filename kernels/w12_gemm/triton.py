@@ -47,7 +47,6 @@ from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import w12_decode_scaled
-from specpilot.kernels.w12.triton import window_c0
 from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm import space
 
@@ -70,9 +69,9 @@ def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc
 
 
 @triton.jit
-def decode_f32(sm, nib, HI: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
+def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
     """fp32 tile of the scaled weights (exact: every bf16 is an fp32)."""
-    w = w12_decode_scaled(sm, nib, HI, C0, ASM)
+    w = w12_decode_scaled(sm, nib, HI, ASM)
     if ASM:
         out = w.to(tl.float32)
     else:
@@ -82,7 +81,7 @@ def decode_f32(sm, nib, HI: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr):
 
 @triton.jit
 def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
-              C0: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr):
+              ASM: tl.constexpr, MASKED: tl.constexpr):
     """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
     offs_j = j0 + tl.arange(0, BLOCK_K)
     if MASKED:
@@ -99,8 +98,8 @@ def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: t
                    eviction_policy="evict_first")
     x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
-    acc += decode_f32(sm_a, nib, False, C0, ASM) * x_a.to(tl.float32)[None, :]
-    acc += decode_f32(sm_b, nib, True, C0, ASM) * x_b.to(tl.float32)[None, :]
+    acc += decode_f32(sm_a, nib, False, ASM) * x_a.to(tl.float32)[None, :]
+    acc += decode_f32(sm_b, nib, True, ASM) * x_b.to(tl.float32)[None, :]
     return acc
 
 
@@ -108,7 +107,7 @@ def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: t
 def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                              ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             C0: tl.constexpr, ASM: tl.constexpr):
+                             ASM: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -123,10 +122,10 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for j0 in range(j_lo, j_full, BLOCK_K):
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, C0, ASM,
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, ASM,
                         False)
     if j_full < j_hi:
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K, C0,
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K,
                         ASM, True)
     y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
     offs_m = tl.arange(0, 1)
@@ -149,7 +148,7 @@ def dot_w(w, x_t, acc, X_F32: tl.constexpr):
 
 @triton.jit
 def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
-             BLOCK_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr,
+             BLOCK_K: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr,
              X_F32: tl.constexpr):
     """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
     offs_j = j0 + tl.arange(0, BLOCK_K)
@@ -170,8 +169,8 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
                    eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
     xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
                    other=0.0, eviction_policy="evict_last")
-    acc = dot_w(w12_decode_scaled(sm_a, nib, False, C0, ASM), xa_t, acc, X_F32)
-    acc = dot_w(w12_decode_scaled(sm_b, nib, True, C0, ASM), xb_t, acc, X_F32)
+    acc = dot_w(w12_decode_scaled(sm_a, nib, False, ASM), xa_t, acc, X_F32)
+    acc = dot_w(w12_decode_scaled(sm_b, nib, True, ASM), xb_t, acc, X_F32)
     return acc
 
 
@@ -179,8 +178,7 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
 def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                             ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                            SPLIT_K: tl.constexpr, C0: tl.constexpr, ASM: tl.constexpr,
-                            X_F32: tl.constexpr):
+                            SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
@@ -203,10 +201,10 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     for j0 in range(j_lo, j_full, BLOCK_K):
         acc = dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask, BLOCK_K,
-                       C0, ASM, False, X_F32)
+                       ASM, False, X_F32)
     if j_full < j_hi:
         acc = dot_step(acc, x_cols, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, t_mask,
-                       BLOCK_K, C0, ASM, True, X_F32)
+                       BLOCK_K, ASM, True, X_F32)
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     if pid_k == 0:
         out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
@@ -226,7 +224,8 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
 
     float32 ``x`` (token forcing on a float32 validation twin, whose weights hold bf16 values) runs
     the same decode and escape code with float32 products: the GEMV as it is, the swap-AB kernel
-    with an IEEE float32 dot, on the space's default config (tuned entries are bf16 timings).
+    with an IEEE float32 dot, on the space's default config with 64-pair K steps and 2 stages
+    (tuned entries are bf16 timings, and float32 x tiles take twice the shared memory).
     """
     if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
         raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
@@ -245,14 +244,16 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     if k == 0:
         return out.zero_()
     x_f32 = x.dtype == torch.float32
-    if x_f32 and config is None:
+    if x_f32 and config is None:  # float32 x doubles the x tiles: half the stages, half the K step
         config = space.default_config(m, n, k, num_sms(x.device))
+        if config["kernel"] == "dot":
+            config = {**config, "BLOCK_K": 64, "num_stages": 2}
     plan = plan_skinny("w12_gemm", config, m, n, k, k2, x.device, space)
     cfg = plan.cfg
     planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
     meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
-            "ASM": cfg["DECODE"] == "prmt", "C0": window_c0(packed.base),
-            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+            "ASM": cfg["DECODE"] == "prmt", "num_warps": cfg["num_warps"],
+            "num_stages": cfg["num_stages"]}
     scale = window_scale(packed.base)
     if plan.block_t is None:
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](

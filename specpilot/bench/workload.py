@@ -96,9 +96,9 @@ def load_profile(spec: str, block_size: int, setting_dir: Path, native_block: in
     (a shipped measured profile) or a histogram JSON file next to the setting.
 
     ``native_block``: the drafter's own block size, at which ``spec`` is defined (default
-    ``block_size``). A recipe verifying fewer positions gets that profile truncated (the drafter's
-    per-position acceptance does not improve because fewer positions are checked); more positions
-    than the profile knows cannot be replayed.
+    ``block_size``). A recipe verifying fewer positions gets that profile truncated: the engine
+    drafts the drafter's whole block and verifies its first positions, so those are the same
+    drafts and only the tail is cut. More positions than the profile knows cannot be replayed.
     """
     native = native_block or block_size
     if block_size > native:

@@ -123,14 +123,12 @@ def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: st
           f"({two['speedup']:.2f}x: {verdict})")
     if args.concurrency > 1:
         _admission_term(args, setting, target, drafter, gpu, block, probs)
-        import dataclasses
-
         from specpilot.search.gaps import occupancy_widths
 
-        at = dataclasses.replace(setting, scenario=dataclasses.replace(
-            setting.scenario, concurrency=args.concurrency))
+        widths = occupancy_widths(setting, args.concurrency, lambda rows: bound_by_width(
+            target, drafter, gpu, block, rows, probs, args.context, args.rollback))
         print(f"  verify width by occupancy (recipe verify_widths, rows >= N -> width): "
-              f"{occupancy_widths(at) or 'the whole block at every bucket'}")
+              f"{widths or 'the whole block at every bucket'}")
 
 
 def _admission_term(args, setting, target, drafter, gpu, block: int, probs) -> None:

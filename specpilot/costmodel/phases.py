@@ -98,7 +98,8 @@ def engine_costs(target_config: dict, drafter_config: dict | None, gpu: Gpu, blo
         return out
     drafter = _meta_model(drafter_config)
     out["verify"] = verify_cost(target, drafter, gpu, n, block_size, context, rollback)
-    q_rows = drafter.query_rows(block_size)
+    # the engine drafts the drafter's whole block, whatever width it verifies (engines/engine.py)
+    q_rows = drafter.query_rows(max(block_size, drafter.block_size))
     d_bytes, d_flops = _linear_bytes_flops(drafter, n * q_rows, lambda name: name != "fc")
     head = target.lm_head.weight
     head_bytes = head.numel() * head.element_size()
@@ -173,7 +174,7 @@ def deeper_drafting_bound(target_config: dict, drafter_config: dict, gpu: Gpu, b
     first were accepted, and both verified in one forward.
 
     Costs: a second, sequential drafter pass (the draft phase twice) and ``2 * block - 1`` verify
-    rows. Gain: only when every draft of the first block is accepted (probability
+    rows (``block``: the drafter's own). Gain: only when every draft of the first block is accepted (probability
     ``accept_probs[-1]``), the second block's own accept length; bounded here by the first block's
     tau (drafts conditioned on unverified tokens accept no better). Returns the bound of one block,
     of two, the probability of a fully accepted block and the ratio."""
@@ -193,8 +194,9 @@ def deeper_drafting_bound(target_config: dict, drafter_config: dict, gpu: Gpu, b
 
 def truncated_tau(accept_probs: list[float], width: int) -> float:
     """Tokens per step when each request verifies only ``width`` rows of its block (``accept_probs``
-    over 0 .. block-1 drafts accepted, as a replay profile): a parallel drafter's first
-    ``width - 1`` drafts do not change, so a step keeps ``1 + min(k, width - 1)``."""
+    over 0 .. block-1 drafts accepted, as a replay profile): the engine drafts the whole block and
+    verifies its first ``width - 1`` drafts, which are the same drafts, so a step keeps
+    ``1 + min(k, width - 1)``."""
     return 1.0 + sum(min(k, width - 1) * p for k, p in enumerate(accept_probs))
 
 

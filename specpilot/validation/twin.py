@@ -138,8 +138,15 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
         return load_models(setting, with_drafter=with_drafter)
     engine = dataclasses.replace(setting.engine, dtype=dtype or setting.engine.dtype)
     twin = dataclasses.replace(setting, engine=engine)
+    bf16_values = engine.dtype == "float32" and setting.engine.dtype == "bfloat16"
     if val.depth is None:
-        return load_models(twin, with_drafter=with_drafter)
+        models = load_models(twin, with_drafter=with_drafter)
+        if bf16_values:  # the setting's own weights in float32: round to the values it serves
+            for model in (models.target, models.drafter):
+                if model is not None:
+                    round_to_bf16_values(model)
+            models.bf16_values = True
+        return models
     from specpilot.build import DTYPES
     from specpilot.build import Models
     from specpilot.build import load_tokenizer
@@ -163,7 +170,6 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
         drafter = random_model(retarget_drafter(drafter_config, layers, val.depth), device,
                                DTYPES[engine.dtype], seed=setting.drafter.seed)
         drafter.check_target(target)
-    bf16_values = engine.dtype == "float32" and setting.engine.dtype == "bfloat16"
     if bf16_values:
         for model in (target, drafter):
             if model is not None:

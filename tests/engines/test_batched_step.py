@@ -351,3 +351,34 @@ def test_bad_verify_widths_are_clear_errors(widths):
         STOCK.replace(verify_widths=widths)
     with pytest.raises(SpecPilotError, match="needs a speculative chain recipe"):
         AR.replace(verify_widths=((4, 2),))
+
+
+def test_a_narrower_verify_drafts_the_drafters_whole_block():
+    """A parallel drafter attends across its block, so drafting a narrower window would change
+    even its first drafts: engines always draft the drafter's own block and verify its first
+    positions (one request with a 4-wide block_size, and a batch whose buckets verify 2)."""
+    models = load_models(load_setting("cpu_c1_tiny"))
+    prompts = [models.tokenizer.encode(t).ids[:12] for t in load_prompts("gsm8k", 3)]
+    params = SamplingParams(max_new_tokens=10, ignore_eos=True)
+    native = models.drafter.block_size
+    for engine, run in (
+            (models.engine(STOCK.replace(name="b4", block_size=4)),
+             lambda e: [e.generate(p, params).tokens for p in prompts]),
+            (models.engine(STOCK.replace(name="w2", verify_widths=((2, 2),))),
+             lambda e: _run(BatchEngine(e, 4, pad_to_buckets=True),
+                            _requests(prompts, [10] * 3)))):
+        widths = collections.defaultdict(set)
+        draft_fn, verify_fn = engine._draft_fn, engine._verify_fn
+
+        def draft(cache, block_ids, positions, *args, _f=draft_fn, _w=widths, **kwargs):
+            _w["draft"].add(block_ids.shape[1])
+            return _f(cache, block_ids, positions, *args, **kwargs)
+
+        def verify(cache, draft_cache, verify_ids, positions, _f=verify_fn, _w=widths):
+            _w["verify"].add(verify_ids.shape[1])
+            return _f(cache, draft_cache, verify_ids, positions)
+
+        engine._draft_fn, engine._verify_fn = draft, verify
+        assert run(engine) == [models.engine(AR).generate(p, params).tokens for p in prompts]
+        assert widths["draft"] == {native}
+        assert min(widths["verify"]) < native  # (a lone batch row verifies the whole block)

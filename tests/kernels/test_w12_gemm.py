@@ -13,7 +13,6 @@ from specpilot.kernels.common.check import check_close
 from specpilot.kernels.common.check import gemm_exact
 from specpilot.kernels.tuning.ops import synthetic_weight
 from specpilot.kernels.w12_gemm.reference import w12_gemm_ref
-from specpilot.kernels.w12.triton import window_c0
 from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 
@@ -96,19 +95,24 @@ def test_window_at_the_exponent_extremes(exp2):
         assert res.ok, str(res)
 
 
-def test_window_of_non_finite_weights_takes_the_other_offset():
-    """Only a tensor of mostly inf/NaN has its window at 240 (2^(240 - 0x70) is not an fp32):
-    the decode then uses C0 = 0x80, and the infinities propagate."""
-    assert (window_c0(239), window_c0(240)) == (0x70, 0x80)
-    assert window_scale(239) == 2.0**127 and window_scale(240) == 2.0**112
-    w = torch.full((8, 32), float("inf"), dtype=torch.bfloat16)
-    w[:, 0] = 1.5
+@pytest.mark.parametrize("fill", [0.0, float("inf"), float("nan")], ids=["zeros", "inf", "nan"])
+def test_zeros_and_non_finite_weights_are_always_escapes(fill):
+    """Exponents 0 and 255 never sit in the window (its base is in [1, 239]), so an all-zero,
+    all-inf or all-NaN tensor is all escapes and comes out exact (the base-free decode would read
+    an in-window exponent 0 or 255 as a normal number)."""
+    assert window_scale(1) == 2.0**-111 and window_scale(239) == 2.0**127
+    with pytest.raises(ValueError, match="outside \\[1, 239\\]"):
+        window_scale(240)
+    w = torch.full((8, 32), fill, dtype=torch.bfloat16)
     packed = w12.pack(w)
-    assert packed.base == 240
+    assert 1 <= packed.base <= 239 and packed.num_escapes == w.numel()
+    assert torch.equal(packed.unpack().view(torch.int16), w.view(torch.int16))
     x = torch.rand((2, 32), generator=torch.Generator().manual_seed(1)).to(torch.bfloat16) + 0.5
+    expect = x.float() @ w.float().T  # zeros, +inf, NaN
     for config in (dot(), gemv()):
         xi = x if config["kernel"] == "dot" else x[:1]
-        assert torch.isposinf(w12_gemm_triton(xi, packed, config=config)).all()
+        out = w12_gemm_triton(xi, packed, out_dtype=torch.float32, config=config)
+        torch.testing.assert_close(out, expect[:len(xi)], equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("m, config", [(1, gemv()), (5, dot(bn=32, warps=2))],
