@@ -90,7 +90,7 @@ def w12_pack_ref(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
     w2 = as_rows(w)
     r, k = w2.shape
     k2 = (k + 1) // 2
-    base = choose_base(w2) if w2.numel() else 0
+    base = choose_base(w2)  # BASE_MIN for an empty tensor
     sm = torch.zeros((r, 2 * k2), dtype=torch.uint8, device=w.device)
     nib = torch.zeros((r, k2), dtype=torch.uint8, device=w.device)
     for rows in row_chunks(r, k):

@@ -1,25 +1,25 @@
-"""Triton W12 encode/decode: plane kernels for pack/unpack and the in-register decode helpers.
+"""Triton W12 encode/decode: plane kernels for pack/unpack and the in-register decode helper.
 
-Decode of one weight (``DECODE="int"``, plain Triton integer ops)::
+One decode serves the GEMMs and unpack (:func:`w12_decode_scaled`): it writes ``C0 | code`` into
+the exponent field, for the constant ``C0 = 0x70``, i.e. every weight times ``2^(C0 - base)``::
 
-    bits = sm + (sm & 0x80) * 255 + code * 128 + (base << 7)
+    bits = (sm & 0x80) << 8 | (sm & 0x7F) | (C0 | code) << 7
 
-``(sm & 0x80) * 255 + sm`` moves the sign from bit 7 to bit 15 and keeps the mantissa; adding
-``(base + code) << 7`` cannot carry into the sign because ``base + code <= 255``.
-``DECODE="prmt"`` does the same on four weights per inline-PTX call, two per 32-bit register
-(``prmt`` bytes into 16-bit lanes, ``and``, two ``mad``, ``add``: REFERENCE-kernels.md §3.4). It
-needs a GPU; the interpreter runs ``"int"``. Both are bit-exact by construction, and every kernel
-using them is checked against the reference before it is timed.
-
-The GEMMs decode *without the base* (:func:`w12_decode_scaled`): the exponent field becomes
-``C0 + code`` for the constant ``C0 = 0x70``, i.e. every weight times ``2^(C0 - base)``, and the
-kernel multiplies its fp32 sums by ``2^(base - C0)`` once (:func:`window_scale`; ``base`` in
+The GEMMs multiply their fp32 sums by ``2^(base - C0)`` once (:func:`window_scale`; ``base`` in
 [1, 239] keeps it a normal fp32 and every in-window weight a normal number). A power-of-two scale
 commutes with fp32 rounding, so the sums equal those of the true weights (outside fp32
-underflow). What that buys: ``C0 | code`` is one OR with a constant, so the decode is a chain of
-integer ops on the two loaded tiles and compile-time constants, which Triton moves past the layout
-conversion into the MMA operand layout: the bytes go from shared memory straight into the A
-fragments and are decoded there, with no bf16 round trip through shared memory.
+underflow). Unpack adds ``(base - C0) << 7`` to the bits instead: the exponent field becomes
+``base + code`` in [1, 254], so nothing carries into the sign. What the constant buys: ``C0 | code``
+is one OR, so the decode is a chain of integer ops on the two loaded tiles and compile-time
+constants, which Triton moves past the layout conversion into the MMA operand layout: the bytes go
+from shared memory straight into the A fragments and are decoded there, with no bf16 round trip
+through shared memory.
+
+``DECODE="int"`` is that formula in Triton integer ops; ``DECODE="prmt"`` does it on four weights
+per inline-PTX call, two per 32-bit register (``prmt`` bytes into 16-bit lanes, ``and``, two
+``mad``: REFERENCE-kernels.md §3.4). It needs a GPU; the interpreter runs ``"int"``. Both are
+bit-exact by construction, and every kernel using them is checked against the reference before it
+is timed.
 """
 
 import torch
@@ -31,19 +31,7 @@ from specpilot.kernels.w12 import reference as ref
 from specpilot.kernels.w12 import space
 from specpilot.kernels.w12.format import W12Tensor
 
-_PRMT_BODY = """
-prmt.b32 w12u, $2, w12z, {sel};
-prmt.b32 w12c, w12n, w12z, {sel};
-and.b32 w12s, w12u, 0x00800080;
-mad.lo.u32 w12u, w12s, 255, w12u;
-mad.lo.u32 w12u, w12c, 128, w12u;
-add.u32 {dst}, w12u, $4;"""
 _PRMT_HEAD = "{\n.reg .b32 w12u, w12c, w12s, w12n, w12z;\nmov.b32 w12z, 0;\n"
-_PRMT_PAIRS = _PRMT_BODY.format(sel="0x4140", dst="$0") + _PRMT_BODY.format(sel="0x4342", dst="$1")
-PRMT_LO: tl.constexpr = tl.constexpr(
-    _PRMT_HEAD + "and.b32 w12n, $3, 0x0F0F0F0F;" + _PRMT_PAIRS + "\n}")
-PRMT_HI: tl.constexpr = tl.constexpr(
-    _PRMT_HEAD + "shr.b32 w12n, $3, 4;\nand.b32 w12n, w12n, 0x0F0F0F0F;" + _PRMT_PAIRS + "\n}")
 
 
 # Base-free decode (C0 in the exponent field), two weights per 32-bit register: ``prmt`` the sm
@@ -59,22 +47,24 @@ _SCALED_PAIRS = (_SCALED_BODY.format(sel="0x4140", dst="$0")
                  + _SCALED_BODY.format(sel="0x4342", dst="$1"))
 
 
-def _scaled_asm(hi: bool, c0: int) -> str:
+C0: tl.constexpr = tl.constexpr(0x70)
+
+
+def _scaled_asm(hi: bool) -> str:
     shift = "shr.b32 w12n, $3, 4;\nand.b32 w12n, w12n, 0x0F0F0F0F;" if hi else \
         "and.b32 w12n, $3, 0x0F0F0F0F;"
-    return (_PRMT_HEAD + shift + f"\nor.b32 w12n, w12n, {c0 * 0x01010101:#010x};"
+    return (_PRMT_HEAD + shift + f"\nor.b32 w12n, w12n, {C0.value * 0x01010101:#010x};"
             + _SCALED_PAIRS + "\n}")
 
 
-C0 = 0x70
-SCALED_ASM: tl.constexpr = tl.constexpr((_scaled_asm(False, C0), _scaled_asm(True, C0)))
+SCALED_ASM: tl.constexpr = tl.constexpr((_scaled_asm(False), _scaled_asm(True)))
 
 
 def window_scale(base: int) -> float:
     """``2^(base - C0)``: what the GEMMs multiply their fp32 sums by after a scaled decode."""
     if not 1 <= base <= 239:
         raise ValueError(f"W12 window base {base} is outside [1, 239]: pack the tensor again")
-    return 2.0 ** (base - C0)
+    return 2.0 ** (base - C0.value)
 
 
 @triton.jit
@@ -92,52 +82,17 @@ def w12_decode_scaled(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
             c = (nib >> 4).to(tl.int16)
         else:
             c = (nib & 15).to(tl.int16)
-        bits = ((s & 0x80) << 8) | (s & 0x7F) | ((c | 0x70) << 7)
+        bits = ((s & 0x80) << 8) | (s & 0x7F) | ((c | C0) << 7)
         w = bits.to(tl.bfloat16, bitcast=True)
     return w
 
 
 @triton.jit
-def w12_decode_bits(sm, nib, base128, HI: tl.constexpr):
-    """int32 tile holding the bf16 bits of each weight; ``HI`` picks the high nibble's codes."""
-    s = sm.to(tl.int32)
-    if HI:
-        c = (nib >> 4).to(tl.int32)
-    else:
-        c = (nib & 15).to(tl.int32)
-    return s + (s & 0x80) * 255 + c * 128 + base128
-
-
-@triton.jit
-def _decode_prmt(sm, nib, base128, HI: tl.constexpr):
-    base2 = tl.zeros(sm.shape, tl.int32) + (base128 | (base128 << 16))
-    if HI:
-        w = tl.inline_asm_elementwise(PRMT_HI, "=r,=r,r,r,r,r,r,r", [sm, nib, base2],
-                                      dtype=tl.bfloat16, is_pure=True, pack=4)
-    else:
-        w = tl.inline_asm_elementwise(PRMT_LO, "=r,=r,r,r,r,r,r,r", [sm, nib, base2],
-                                      dtype=tl.bfloat16, is_pure=True, pack=4)
-    return w
-
-
-@triton.jit
-def w12_decode_bf16(sm, nib, base128, HI: tl.constexpr, ASM: tl.constexpr):
-    """Decode uint8 ``sm`` and ``nib`` tiles (same shape) to a bf16 tile."""
-    if ASM:
-        w = _decode_prmt(sm, nib, base128, HI)
-    else:
-        w = w12_decode_bits(sm, nib, base128, HI).to(tl.int16).to(tl.bfloat16, bitcast=True)
-    return w
-
-
-@triton.jit
-def w12_decode_f32(sm, nib, base128, HI: tl.constexpr, ASM: tl.constexpr):
-    """Decode uint8 ``sm`` and ``nib`` tiles to fp32 (exact: every bf16 is an fp32)."""
-    if ASM:
-        w = _decode_prmt(sm, nib, base128, HI).to(tl.float32)
-    else:
-        w = (w12_decode_bits(sm, nib, base128, HI) << 16).to(tl.float32, bitcast=True)
-    return w
+def w12_decode_bf16(sm, nib, base_shift, HI: tl.constexpr, ASM: tl.constexpr):
+    """The exact bf16 weights of uint8 ``sm`` and ``nib`` tiles: the scaled decode with
+    ``base_shift = (base - C0) << 7`` added to the bits (the exponent field then ``base + code``)."""
+    bits = w12_decode_scaled(sm, nib, HI, ASM).to(tl.int16, bitcast=True).to(tl.int32)
+    return (bits + base_shift).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -166,7 +121,7 @@ def w12_fwd_kernel_encode(bits_ptr, sm_ptr, nib_ptr, R, K, K2, base, BLOCK_R: tl
 
 
 @triton.jit
-def w12_fwd_kernel_decode(sm_ptr, nib_ptr, out_ptr, R, K, K2, base128, BLOCK_R: tl.constexpr,
+def w12_fwd_kernel_decode(sm_ptr, nib_ptr, out_ptr, R, K, K2, base_shift, BLOCK_R: tl.constexpr,
                           BLOCK_J: tl.constexpr, ASM: tl.constexpr):
     """``sm``, ``nib`` -> bf16 ``out [R, K]`` (escapes not applied); grid (R/BR, K2/BJ)."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -177,8 +132,8 @@ def w12_fwd_kernel_decode(sm_ptr, nib_ptr, out_ptr, R, K, K2, base128, BLOCK_R: 
     nib = tl.load(nib_ptr + row * K2 + offs_j[None, :], mask=j_mask, other=0)
     sm_a = tl.load(sm_row + offs_j[None, :], mask=j_mask, other=0)
     sm_b = tl.load(sm_row + K2 + offs_j[None, :], mask=j_mask, other=0)
-    w_a = w12_decode_bf16(sm_a, nib, base128, False, ASM)
-    w_b = w12_decode_bf16(sm_b, nib, base128, True, ASM)
+    w_a = w12_decode_bf16(sm_a, nib, base_shift, False, ASM)
+    w_b = w12_decode_bf16(sm_b, nib, base_shift, True, ASM)
     out_row = out_ptr + row * K
     tl.store(out_row + offs_j[None, :], w_a, mask=j_mask)
     b_col = K2 + offs_j[None, :]
@@ -192,7 +147,7 @@ def w12_pack(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
     w2 = ref.as_rows(w)
     r, k = w2.shape
     k2 = (k + 1) // 2
-    base = ref.choose_base(w2) if w2.numel() else 0
+    base = ref.choose_base(w2)  # BASE_MIN for an empty tensor
     sm = torch.empty((r, 2 * k2), dtype=torch.uint8, device=w.device)
     nib = torch.empty((r, k2), dtype=torch.uint8, device=w.device)
     if w2.numel():
@@ -211,7 +166,8 @@ def w12_unpack(packed: W12Tensor, config: dict | None = None) -> torch.Tensor:
     out = torch.empty((r, k), dtype=torch.bfloat16, device=packed.device)
     if out.numel():
         grid = (cdiv(r, cfg["BLOCK_R"]), cdiv(k2, cfg["BLOCK_J"]))
-        w12_fwd_kernel_decode[grid](packed.sm, packed.nib, out, r, k, k2, packed.base << 7,
+        w12_fwd_kernel_decode[grid](packed.sm, packed.nib, out, r, k, k2,
+                                    (packed.base - C0.value) << 7,
                                     BLOCK_R=cfg["BLOCK_R"], BLOCK_J=cfg["BLOCK_J"],
                                     ASM=cfg["DECODE"] == "prmt", num_warps=cfg["num_warps"])
     ref.apply_escape_bits(out.view(torch.int16), packed)

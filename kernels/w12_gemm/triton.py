@@ -80,23 +80,30 @@ def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
-              ASM: tl.constexpr, MASKED: tl.constexpr):
-    """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
-    offs_j = j0 + tl.arange(0, BLOCK_K)
-    if MASKED:
-        j_mask = offs_j < j_hi
-        mask = n_mask[:, None] & j_mask[None, :]
-        b_mask = j_mask & (K2 + offs_j < K)
-    else:
-        j_mask = offs_j >= 0
-        mask = n_mask[:, None]
-        b_mask = K2 + offs_j < K
+def load_planes(sm_rows, nib_rows, offs_j, K2, mask):
+    """The step's three equally shaped uint8 tiles: codes, low-half and high-half sign+mantissa."""
     nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
     sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
     sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
                    eviction_policy="evict_first")
-    x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
+    return nib, sm_a, sm_b
+
+
+@triton.jit
+def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
+              ASM: tl.constexpr, MASKED: tl.constexpr):
+    """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
+    offs_j = j0 + tl.arange(0, BLOCK_K)
+    b_mask = K2 + offs_j < K
+    if MASKED:
+        j_mask = offs_j < j_hi
+        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2,
+                                      n_mask[:, None] & j_mask[None, :])
+        x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
+        b_mask = b_mask & j_mask
+    else:
+        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2, n_mask[:, None])
+        x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
     acc += decode_f32(sm_a, nib, False, ASM) * x_a.to(tl.float32)[None, :]
     acc += decode_f32(sm_b, nib, True, ASM) * x_b.to(tl.float32)[None, :]
@@ -152,19 +159,16 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
              X_F32: tl.constexpr):
     """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
     offs_j = j0 + tl.arange(0, BLOCK_K)
+    b_mask = K2 + offs_j < K
     if MASKED:
         j_mask = offs_j < j_hi
-        mask = n_mask[:, None] & j_mask[None, :]
-        b_mask = j_mask & (K2 + offs_j < K)
+        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2,
+                                      n_mask[:, None] & j_mask[None, :])
+        b_mask = b_mask & j_mask
         xa_mask = j_mask[:, None] & t_mask[None, :]
     else:
-        mask = n_mask[:, None]
-        b_mask = K2 + offs_j < K
+        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2, n_mask[:, None])
         xa_mask = t_mask[None, :]
-    nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
-                   eviction_policy="evict_first")
     xa_t = tl.load(x_cols + offs_j[:, None], mask=xa_mask, other=0.0,
                    eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
     xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
