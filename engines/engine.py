@@ -233,11 +233,11 @@ class Engine:
         if use_tree and params.temperature > 0:
             raise SpecPilotError(f"recipe {self.recipe.name!r}: tree verification is greedy-only "
                                  f"(temperature 0), got temperature {params.temperature}")
-        rows = max(self.draft_block, self.recipe.tree_max_nodes if use_tree else 0)  # one step's
-        capacity = num_prompt + params.max_new_tokens + rows + 1
         if num_prompt + params.max_new_tokens > self.context:
             raise ValueError(f"prompt ({num_prompt}) + max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the engine's context of {self.max_len} tokens")
+        # the rows one step may reach past the request's tokens (see ``context``)
+        capacity = num_prompt + params.max_new_tokens + self.max_len - self.context
         for model in (self.target, self.drafter):
             if model is not None:  # models may be shared by engines of different recipes
                 set_fused_elementwise(model, self.fused)

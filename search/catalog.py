@@ -44,8 +44,9 @@ RESOLVERS = {"verify_widths": "specpilot.search.gaps:occupancy_widths"}
 
 
 def resolve_delta(mechanism: Mechanism, setting) -> dict | None:
-    """``mechanism.delta`` with every ``"cost-model"`` value computed for ``setting``; None when
-    the cost model has nothing to offer there (e.g. the whole block is best at every occupancy)."""
+    """``mechanism.delta`` with every ``"cost-model"`` value computed for ``setting`` (a Setting,
+    or its name: loaded only if some value needs it); None when the cost model has nothing to
+    offer there (e.g. the whole block is best at every occupancy)."""
     import importlib
 
     out = {}
@@ -53,6 +54,10 @@ def resolve_delta(mechanism: Mechanism, setting) -> dict | None:
         if value != COST_MODEL:
             out[field] = value
             continue
+        if isinstance(setting, str):
+            from specpilot.settings import load_setting
+
+            setting = load_setting(setting)
         module, _, name = RESOLVERS[field].partition(":")
         resolved = getattr(importlib.import_module(module), name)(setting)
         if not resolved:

@@ -79,19 +79,19 @@ def occupancy_widths(setting, concurrency: int | None = None,
                      bounds_at=None) -> tuple[tuple[int, int], ...]:
     """A recipe's ``verify_widths`` for this setting: for each batch bucket 2, 4, .. up to the
     setting's concurrency, the verify width the cost model bounds highest with that many requests
-    decoded together (:func:`width_bounds` at that occupancy), listed where it changes; () when the
-    whole block is best everywhere, or without a profile or GPU ceilings. ``bounds_at(rows)``
-    replaces :func:`width_bounds` (the costmodel command passes its own GPU, profile and context)."""
+    decoded together (:func:`width_bounds_at`), listed where it changes; () when the whole block is
+    best everywhere, or without a profile or GPU ceilings. ``bounds_at(rows)`` replaces the
+    setting's own (the costmodel command passes its GPU, profile and context)."""
     concurrency = concurrency or setting.scenario.concurrency
-    bounds_at = bounds_at or (lambda rows: width_bounds(setting, rows))
+    bounds_at = bounds_at or width_bounds_at(setting)
+    if bounds_at is None:
+        return ()
     # the batched engine's CUDA-graph buckets for that many rows, the single row left out
     buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
                      - {1})
     table, current = [], None
     for rows in buckets:
         bounds = bounds_at(rows)
-        if not bounds:
-            return ()
         best = max(bounds, key=lambda w: (bounds[w], w))  # ties: the wider
         if best != (current or max(bounds)):
             table.append((rows, best))
@@ -99,10 +99,18 @@ def occupancy_widths(setting, concurrency: int | None = None,
     return tuple(table)
 
 
-def width_bounds(setting, num_requests: int | None = None) -> dict[int, float]:
+def width_bounds(setting) -> dict[int, float]:
     """Verify width -> the speedup bound at the setting's GPU, concurrency and replayed acceptance
-    profile (:func:`specpilot.costmodel.phases.bound_by_width`); empty without a profile or GPU
-    ceilings (a real pair's acceptance is measured, not known ahead)."""
+    profile; empty without a profile or GPU ceilings (a real pair's acceptance is measured, not
+    known ahead)."""
+    bounds_at = width_bounds_at(setting)
+    return bounds_at(setting.scenario.concurrency) if bounds_at is not None else {}
+
+
+def width_bounds_at(setting):
+    """``rows -> {verify width: speedup bound}`` with ``rows`` requests decoded together
+    (:func:`specpilot.costmodel.phases.bound_by_width`) at the setting's GPU and replayed
+    acceptance profile, both read once; None without a profile or GPU ceilings."""
     from specpilot.bench.workload import load_profile
     from specpilot.costmodel.phases import _meta_model
     from specpilot.costmodel.phases import bound_by_width
@@ -110,10 +118,8 @@ def width_bounds(setting, num_requests: int | None = None) -> dict[int, float]:
 
     gpu, profile = GPUS.get(setting.gpu), setting.scenario.acceptance_profile
     if gpu is None or setting.drafter is None or not profile:
-        return {}
+        return None
     target, drafter = model_configs(setting)
     block = _meta_model(drafter).block_size
     probs = load_profile(profile, block, setting.directory).probs
-    return bound_by_width(target, drafter, gpu, block,
-                          num_requests or setting.scenario.concurrency, probs)
-
+    return lambda rows: bound_by_width(target, drafter, gpu, block, rows, probs)

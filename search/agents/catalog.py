@@ -11,7 +11,6 @@ nothing for there is not proposed.
 from specpilot.search.agents.base import AgentContext
 from specpilot.search.agents.base import Proposal
 from specpilot.search.agents.base import ProposalAgent
-from specpilot.search.catalog import COST_MODEL
 from specpilot.search.catalog import load_catalog
 from specpilot.search.catalog import resolve_delta
 
@@ -22,14 +21,6 @@ class CatalogAgent(ProposalAgent):
     def __init__(self, config=None, catalog=None):
         super().__init__(config)
         self.catalog = catalog if catalog is not None else load_catalog()
-
-    def _delta(self, mechanism, setting_name: str) -> dict | None:
-        """The mechanism's delta, its ``"cost-model"`` values computed for this setting."""
-        if COST_MODEL not in mechanism.delta.values():
-            return dict(mechanism.delta)
-        from specpilot.settings import load_setting
-
-        return resolve_delta(mechanism, load_setting(setting_name))
 
     def propose(self, context: AgentContext) -> list[Proposal]:
         # time above the calibrated prediction when the table has one, else above the floor
@@ -49,7 +40,7 @@ class CatalogAgent(ProposalAgent):
         candidates.sort(key=lambda pair: (pair[0], pair[1].name))
         proposals = []
         for _, m in candidates:
-            delta = self._delta(m, context.setting)
+            delta = resolve_delta(m, context.setting)
             if delta is not None:
                 proposals.append(Proposal(self.name, m.name, delta, m.term, m.fault))
         limit = context.limit + (1 if canary else 0)

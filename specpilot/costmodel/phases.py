@@ -174,10 +174,10 @@ def deeper_drafting_bound(target_config: dict, drafter_config: dict, gpu: Gpu, b
     first were accepted, and both verified in one forward.
 
     Costs: a second, sequential drafter pass (the draft phase twice) and ``2 * block - 1`` verify
-    rows (``block``: the drafter's own). Gain: only when every draft of the first block is accepted (probability
-    ``accept_probs[-1]``), the second block's own accept length; bounded here by the first block's
-    tau (drafts conditioned on unverified tokens accept no better). Returns the bound of one block,
-    of two, the probability of a fully accepted block and the ratio."""
+    rows (``block``: the drafter's own). Gain: only when every draft of the first block is accepted
+    (probability ``accept_probs[-1]``), the second block's own accept length; bounded here by the
+    first block's tau (drafts conditioned on unverified tokens accept no better). Returns the bound
+    of one block, of two, the probability of a fully accepted block and the ratio."""
     tau = 1.0 + sum(k * p for k, p in enumerate(accept_probs))
     p_full = accept_probs[-1]
     one = engine_costs(target_config, drafter_config, gpu, block_size, context, rollback,

@@ -138,28 +138,34 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
         return load_models(setting, with_drafter=with_drafter)
     engine = dataclasses.replace(setting.engine, dtype=dtype or setting.engine.dtype)
     twin = dataclasses.replace(setting, engine=engine)
-    bf16_values = engine.dtype == "float32" and setting.engine.dtype == "bfloat16"
     if val.depth is None:
         models = load_models(twin, with_drafter=with_drafter)
-        if bf16_values:  # the setting's own weights in float32: round to the values it serves
-            for model in (models.target, models.drafter):
-                if model is not None:
-                    round_to_bf16_values(model)
-            models.bf16_values = True
-        return models
+    else:
+        models = _cut_models(setting, twin, with_drafter)
+    if engine.dtype == "float32" and setting.engine.dtype == "bfloat16":
+        for model in (models.target, models.drafter):  # the values the setting serves
+            if model is not None:
+                round_to_bf16_values(model)
+        models.bf16_values = True
+    return models
+
+
+def _cut_models(setting, twin, with_drafter: bool):
+    """The random-weight target (and drafter) of ``setting`` cut to its ``[validation] depth``, in
+    the ``twin`` setting's dtype."""
     from specpilot.build import DTYPES
     from specpilot.build import Models
     from specpilot.build import load_tokenizer
     from specpilot.build import resolve
     from specpilot.engines.models import random_model
 
-    device = engine.device
+    depth, device, dtype = setting.validation.depth, twin.engine.device, twin.engine.dtype
     target_config = resolve(setting.target, setting, "target")
     if not isinstance(target_config, dict):
         raise SpecPilotError(f"setting {setting.name}: [validation] depth cuts random-weight "
                              f"models only; its target is {setting.target.source!r}")
     layers = _num_layers(target_config)
-    target = random_model(cut_target(target_config, val.depth), device, DTYPES[engine.dtype],
+    target = random_model(cut_target(target_config, depth), device, DTYPES[dtype],
                           seed=setting.target.seed)
     drafter = None
     if with_drafter and setting.drafter is not None:
@@ -167,14 +173,10 @@ def validation_models(setting, with_drafter: bool = True, dtype: str | None = No
         if not isinstance(drafter_config, dict):
             raise SpecPilotError(f"setting {setting.name}: [validation] depth needs a random-weight "
                                  f"drafter too; its drafter is {setting.drafter.source!r}")
-        drafter = random_model(retarget_drafter(drafter_config, layers, val.depth), device,
-                               DTYPES[engine.dtype], seed=setting.drafter.seed)
+        drafter = random_model(retarget_drafter(drafter_config, layers, depth), device,
+                               DTYPES[dtype], seed=setting.drafter.seed)
         drafter.check_target(target)
-    if bf16_values:
-        for model in (target, drafter):
-            if model is not None:
-                round_to_bf16_values(model)
-    return Models(target, drafter, load_tokenizer(twin, None), twin, bf16_values=bf16_values)
+    return Models(target, drafter, load_tokenizer(twin, None), twin)
 
 
 def twin_of(models, recipe=None):
