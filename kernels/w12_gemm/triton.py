@@ -80,29 +80,36 @@ def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def load_planes(sm_rows, nib_rows, offs_j, K2, mask):
-    """The step's three equally shaped uint8 tiles: codes, low-half and high-half sign+mantissa."""
+def step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
+               MASKED: tl.constexpr):
+    """One K step's pair columns ``offs_j``, their masks (``j_mask``: inside the split; ``b_mask``:
+    the high half's column inside K, and inside the split when ``MASKED``) and its three equally
+    shaped uint8 tiles: codes, low-half and high-half sign+mantissa (K-masked only when
+    ``MASKED``, the tail step)."""
+    offs_j = j0 + tl.arange(0, BLOCK_K)
+    j_mask = offs_j < j_hi
+    b_mask = K2 + offs_j < K
+    if MASKED:
+        b_mask = b_mask & j_mask
+        mask = n_mask[:, None] & j_mask[None, :]
+    else:
+        mask = n_mask[:, None]
     nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
     sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
     sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
                    eviction_policy="evict_first")
-    return nib, sm_a, sm_b
+    return offs_j, j_mask, b_mask, nib, sm_a, sm_b
 
 
 @triton.jit
 def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
               ASM: tl.constexpr, MASKED: tl.constexpr):
     """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
-    offs_j = j0 + tl.arange(0, BLOCK_K)
-    b_mask = K2 + offs_j < K
+    offs_j, j_mask, b_mask, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2,
+                                                         n_mask, BLOCK_K, MASKED)
     if MASKED:
-        j_mask = offs_j < j_hi
-        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2,
-                                      n_mask[:, None] & j_mask[None, :])
         x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
-        b_mask = b_mask & j_mask
     else:
-        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2, n_mask[:, None])
         x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
     acc += decode_f32(sm_a, nib, False, ASM) * x_a.to(tl.float32)[None, :]
@@ -158,16 +165,11 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
              BLOCK_K: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr,
              X_F32: tl.constexpr):
     """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
-    offs_j = j0 + tl.arange(0, BLOCK_K)
-    b_mask = K2 + offs_j < K
+    offs_j, j_mask, b_mask, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2,
+                                                         n_mask, BLOCK_K, MASKED)
     if MASKED:
-        j_mask = offs_j < j_hi
-        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2,
-                                      n_mask[:, None] & j_mask[None, :])
-        b_mask = b_mask & j_mask
         xa_mask = j_mask[:, None] & t_mask[None, :]
     else:
-        nib, sm_a, sm_b = load_planes(sm_rows, nib_rows, offs_j, K2, n_mask[:, None])
         xa_mask = t_mask[None, :]
     xa_t = tl.load(x_cols + offs_j[:, None], mask=xa_mask, other=0.0,
                    eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
