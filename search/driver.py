@@ -23,8 +23,10 @@ from pathlib import Path
 
 from specpilot.errors import SpecPilotError
 from specpilot.fingerprint import stable_hash
+from specpilot.recipe import GROUP_FIELDS
 from specpilot.recipe import STOCK
 from specpilot.recipe import Recipe
+from specpilot.recipe import merge_field
 from specpilot.search.agents import AGENTS
 from specpilot.search.agents import AgentContext
 from specpilot.search.agents import Proposal
@@ -97,14 +99,17 @@ def cpu_helper_options() -> dict:
 
 
 def merge_deltas(winners: list[tuple[Proposal, float]]) -> dict | None:
-    """Union of the winners' deltas, best first, skipping any that conflicts; None if < 2 merge."""
+    """Union of the winners' deltas, best first, skipping any that conflicts (group fields such as
+    ``w12`` never conflict: their groups add up); None if < 2 merge."""
     merged, used = {}, 0
     for proposal, _ in sorted(winners, key=lambda w: -w[1]):
         if proposal.fault is not None:
             continue
-        if any(k in merged and merged[k] != v for k, v in proposal.delta.items()):
+        if any(k in merged and k not in GROUP_FIELDS and merged[k] != v
+               for k, v in proposal.delta.items()):
             continue
-        merged.update(proposal.delta)
+        for k, v in proposal.delta.items():
+            merged[k] = list(merge_field(k, merged.get(k, ()), v)) if k in GROUP_FIELDS else v
         used += 1
     return merged if used >= 2 else None
 

@@ -49,7 +49,7 @@ def _with_mechanisms(setting: Setting, name: str) -> Recipe:
         if delta is None:
             raise SpecPilotError(f"engine {name!r}: the cost model has no {extra!r} for setting "
                                  f"{setting.name} (nothing better than the catalog's default)")
-        recipe = recipe.replace(**delta)
+        recipe = recipe.with_delta(delta)
     return recipe.replace(name=name)
 
 

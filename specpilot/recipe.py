@@ -227,6 +227,25 @@ class Recipe:
     def replace(self, **changes) -> "Recipe":
         return dataclasses.replace(self, **changes)
 
+    def with_delta(self, delta: dict, **changes) -> "Recipe":
+        """This recipe with a mechanism's ``delta`` applied (then ``changes``): a group field
+        (``GROUP_FIELDS``) gains the delta's groups, so ``w12-target`` then ``w12-lm-head`` packs
+        both; every other field takes the delta's value."""
+        applied = {k: merge_field(k, getattr(self, k), v) for k, v in delta.items()}
+        return self.replace(**applied, **changes)
+
+
+GROUP_FIELDS = ("w12",)
+"""Recipe fields that hold a set of groups: mechanisms add to them instead of overwriting."""
+
+
+def merge_field(field: str, old, new):
+    """``new`` as a delta's value for ``field`` on top of ``old``: the union (old's order first)
+    for a group field, else ``new`` (lists as tuples)."""
+    if field in GROUP_FIELDS:
+        return tuple(dict.fromkeys((*old, *new)))
+    return tuple(new) if isinstance(new, list) else new
+
 
 _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
                  "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": ()}

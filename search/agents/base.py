@@ -22,8 +22,7 @@ class Proposal:
     fault: str | None = None
 
     def recipe(self, champion: Recipe) -> Recipe:
-        return champion.replace(**{k: tuple(v) if isinstance(v, list) else v
-                                   for k, v in self.delta.items()}, name=self.mechanism)
+        return champion.with_delta(self.delta, name=self.mechanism)
 
     def key(self, champion: Recipe) -> str:
         """Identity of the trial: the candidate engine it builds (not who proposed it)."""

@@ -173,6 +173,18 @@ def test_merge_takes_compatible_winners_best_first():
     assert merge_deltas([(a, 1.1), (canary, 9.0)]) is None
 
 
+def test_w12_groups_add_up_in_merges_and_candidates():
+    target = Proposal("x", "w12-target", {"w12": ["target"]})
+    head = Proposal("x", "w12-lm-head", {"w12": ["lm_head"]})
+    assert merge_deltas([(target, 1.1), (head, 1.2)]) == {"w12": ["lm_head", "target"]}
+    champion = STOCK.with_delta({"w12": ["target"]})
+    assert head.recipe(champion).w12 == ("target", "lm_head")
+    assert head.recipe(champion).name == "w12-lm-head"
+    assert champion.with_delta({"block_size": 4}).block_size == 4
+    named = recipe_for(load_setting("cpu_c1_tiny"), "stock+w12-target+w12-lm-head")
+    assert named.w12 == ("target", "lm_head")
+
+
 def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
     with pytest.raises(SpecPilotError, match="unknown key"):
         CampaignConfig.from_dict({"setting": "cpu_c1_tiny", "roundz": 2})
