@@ -1,7 +1,8 @@
 """Tuning space of the W12 skinny GEMM, as data (STYLE.md item 10).
 
 Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decode, runs anywhere;
-"prmt": inline-PTX decode of 4 weights per call, GPU only). ``BLOCK_K`` counts *pairs* of columns:
+"prmt": inline-PTX decode of 4 weights per call, GPU only) and ``ESC_CHUNK`` (escapes applied per
+row in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk). ``BLOCK_K`` counts *pairs* of columns:
 one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles) and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high
 nibbles), so it covers ``2 * BLOCK_K`` weights per row.
 """
@@ -28,6 +29,7 @@ PARAMS = {
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
         "DECODE": ["int", "prmt"],
+        "ESC_CHUNK": [1, 2, 4, 8],
     },
     "dot": {
         "BLOCK_N": [16, 32, 64, 128, 256],
@@ -36,6 +38,7 @@ PARAMS = {
         "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5],
         "DECODE": ["int", "prmt"],
+        "ESC_CHUNK": [1, 2, 4, 8],
     },
 }
 
@@ -51,9 +54,10 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, decode: str) -> dict:
+            num_stages: int, decode: str, esc_chunk: int = 4) -> dict:
     return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
-            "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode}
+            "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
+            "ESC_CHUNK": esc_chunk}
 
 
 SWEEP = [
@@ -125,8 +129,6 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     k2 = cdiv(k, 2)
     if m == 1:
         split = _split_for(cdiv(n, 16), cdiv(k2, 256), num_sms, 4)
-        return {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": split,
-                "num_warps": 4, "num_stages": 3, "DECODE": "int"}
+        return _config("gemv", 16, 256, split, 4, 3, "int")
     split = _split_for(cdiv(n, 32), cdiv(k2, 128), num_sms, 4)
-    return {"kernel": "dot", "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": split,
-            "num_warps": 2, "num_stages": 3, "DECODE": "int"}
+    return _config("dot", 32, 128, split, 2, 3, "int")

@@ -53,18 +53,23 @@ from specpilot.kernels.w12_gemm import space
 
 @triton.jit
 def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
-                  esc_delta_ptr):
-    """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes of rows ``offs_n``."""
+                  esc_delta_ptr, ESC_CHUNK: tl.constexpr):
+    """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes of rows ``offs_n``,
+    ``ESC_CHUNK`` escapes per row at a time: a chunk's loads are unrolled, so its ``esc_col`` and
+    ``esc_delta`` loads, and then its x gathers, are in flight together (the tail of every tile
+    waits on about two memory latencies per chunk instead of two per escape)."""
     start = tl.load(row_ptr + offs_n, mask=n_mask, other=0)
     count = tl.load(row_ptr + offs_n + 1, mask=n_mask, other=0) - start
     m_mask = offs_m[:, None] < M
-    for i in range(tl.max(count, axis=0)):
-        has = i < count
-        col = tl.load(esc_col_ptr + start + i, mask=has, other=0)
-        delta = tl.load(esc_delta_ptr + start + i, mask=has, other=0.0)
-        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
-                     mask=m_mask & has[None, :], other=0.0)
-        acc += xv.to(tl.float32) * delta[None, :]
+    for i0 in range(0, tl.max(count, axis=0), ESC_CHUNK):
+        for d in tl.static_range(ESC_CHUNK):
+            has = i0 + d < count
+            col = tl.load(esc_col_ptr + start + i0 + d, mask=has, other=0)
+            delta = tl.load(esc_delta_ptr + start + i0 + d, mask=has, other=0.0)
+            # col is 0 where a row has no escape left: a valid address, times delta 0
+            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :], mask=m_mask,
+                         other=0.0)
+            acc += xv.to(tl.float32) * delta[None, :]
     return acc
 
 
@@ -121,7 +126,7 @@ def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: t
 def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                              ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             ASM: tl.constexpr):
+                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -145,7 +150,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     offs_m = tl.arange(0, 1)
     if pid_k == 0:
         y = apply_escapes(y, x_ptr, 0, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
-                          esc_delta_ptr)
+                          esc_delta_ptr, ESC_CHUNK)
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
 
 
@@ -184,7 +189,8 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
 def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                             ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                            SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
+                            SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
+                            ESC_CHUNK: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
@@ -214,7 +220,7 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     if pid_k == 0:
         out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
-                              esc_col_ptr, esc_delta_ptr)
+                              esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
     tile_id = pid_t * tl.num_programs(0) + pid_n
     store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
 
@@ -258,7 +264,8 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     cfg = plan.cfg
     planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
     meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
-            "ASM": cfg["DECODE"] == "prmt", "num_warps": cfg["num_warps"],
+            "ASM": cfg["DECODE"] == "prmt", "ESC_CHUNK": cfg["ESC_CHUNK"],
+            "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}
     scale = window_scale(packed.base)
     if plan.block_t is None:

@@ -17,14 +17,14 @@ from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 
 
-def gemv(bn=16, bk=16, split=1):
+def gemv(bn=16, bk=16, split=1, esc=4):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
-            "num_stages": 1, "DECODE": "int"}
+            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc}
 
 
-def dot(bn=16, bk=16, split=1, warps=4):
+def dot(bn=16, bk=16, split=1, warps=4, esc=4):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
-            "num_stages": 2, "DECODE": "int"}
+            "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc}
 
 
 CASES = [
@@ -66,16 +66,19 @@ def test_dropping_escape_corrections_is_caught(config):
                            abs_sum).ok
 
 
-def test_high_escape_rate_tensor():
+@pytest.mark.parametrize("esc", [1, 2, 8])
+def test_high_escape_rate_tensor(esc):
+    """Rows with many escapes (more than one chunk, and a partial last chunk), in chunks of
+    ``esc``."""
     gen = torch.Generator().manual_seed(5)
     w = (torch.exp2(torch.rand((24, 40), generator=gen) * 40 - 30)
          * torch.randn((24, 40), generator=gen).sign()).to(torch.bfloat16)
     packed = w12.pack(w)
     assert packed.escape_rate > 0.3
     x = torch.randn((5, 40), generator=gen).to(torch.bfloat16)
-    assert_gemm_close("w12 high escape", w12_gemm_triton(x, packed, config=dot()), x, w)
-    assert_gemm_close("w12 high escape gemv", w12_gemm_triton(x[:1], packed, config=gemv()),
-                      x[:1], w)
+    assert_gemm_close("w12 high escape", w12_gemm_triton(x, packed, config=dot(esc=esc)), x, w)
+    assert_gemm_close("w12 high escape gemv",
+                      w12_gemm_triton(x[:1], packed, config=gemv(esc=esc)), x[:1], w)
 
 
 @pytest.mark.parametrize("exp2", [126, -110], ids=["window-near-254", "window-near-0"])
