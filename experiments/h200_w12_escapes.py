@@ -7,6 +7,7 @@ applied one at a time (``ESC_CHUNK=1``, the kernel before this script) and in ch
 on the best config, chunk 8 and the same planes with the escape list emptied (a wrong result,
 timed only: the floor the epilogue can reach). Two weights per shape: N(0, 0.02) as the seed
 models' random init (about 7.5e-5 escapes) and the tuner's synthetic weight (1e-3 outliers added).
+Result (at 3c175a7, when the default chunk was 4): ``results/h200-2026-11-30-w12-escapes.json``.
 
 Writes ``$OUT/h200_w12_escapes.json``. Run from the repo root:
 ``python3 experiments/h200_w12_escapes.py [--ms 1,8,16]``

@@ -2,7 +2,9 @@
 
 Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decode, runs anywhere;
 "prmt": inline-PTX decode of 4 weights per call, GPU only) and ``ESC_CHUNK`` (escapes applied per
-row in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk). ``BLOCK_K`` counts *pairs* of columns:
+row in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
+measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
+costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed). ``BLOCK_K`` counts *pairs* of columns:
 one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles) and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high
 nibbles), so it covers ``2 * BLOCK_K`` weights per row.
 """
@@ -29,7 +31,7 @@ PARAMS = {
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
         "DECODE": ["int", "prmt"],
-        "ESC_CHUNK": [1, 2, 4, 8],
+        "ESC_CHUNK": [1, 2, 4],
     },
     "dot": {
         "BLOCK_N": [16, 32, 64, 128, 256],
@@ -38,7 +40,7 @@ PARAMS = {
         "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5],
         "DECODE": ["int", "prmt"],
-        "ESC_CHUNK": [1, 2, 4, 8],
+        "ESC_CHUNK": [1, 2, 4],
     },
 }
 
@@ -54,7 +56,7 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, decode: str, esc_chunk: int = 4) -> dict:
+            num_stages: int, decode: str, esc_chunk: int = 1) -> dict:
     return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
             "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
             "ESC_CHUNK": esc_chunk}

@@ -56,8 +56,8 @@ def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc
                   esc_delta_ptr, ESC_CHUNK: tl.constexpr):
     """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes of rows ``offs_n``,
     ``ESC_CHUNK`` escapes per row at a time: a chunk's loads are unrolled, so its ``esc_col`` and
-    ``esc_delta`` loads, and then its x gathers, are in flight together (the tail of every tile
-    waits on about two memory latencies per chunk instead of two per escape)."""
+    ``esc_delta`` loads, and then its x gathers, are in flight together (about two memory latencies
+    per chunk instead of two per escape; a tuning parameter, see ``space.py``)."""
     start = tl.load(row_ptr + offs_n, mask=n_mask, other=0)
     count = tl.load(row_ptr + offs_n + 1, mask=n_mask, other=0) - start
     m_mask = offs_m[:, None] < M

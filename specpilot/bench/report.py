@@ -4,7 +4,8 @@ Every number in the README's results section comes from a record file, so none i
 The tables live between ``<!-- results:begin -->`` and ``<!-- results:end -->``; ``render_readme``
 replaces what is between them and ``specpilot report --check`` fails when the README is stale.
 JSON files without a ``kind`` of bench / compare / score / batched_compare (e.g. one-off experiment
-dumps) are listed as not rendered.
+dumps) are listed as not rendered, and so is a record with ``superseded_by`` (the file that measured
+the same thing again after a fix that changes its numbers): it stays committed, out of the tables.
 """
 
 import datetime
@@ -78,6 +79,8 @@ def _table(header: list[str], rows: list[list[str]], empty: str) -> list[str]:
 
 def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Path) -> str:
     """The markdown between the markers; links are relative to ``base`` (the README's folder)."""
+    superseded = [r for r in records if r.get("superseded_by")]
+    records = [r for r in records if not r.get("superseded_by")]
     of = {kind: sorted((r for r in records if r["kind"] == kind),
                        key=lambda r: (r.get("setting") or "", r["_file"].name)) for kind in KINDS}
     speed, batched = [], []
@@ -157,6 +160,9 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
     if skipped:
         names = ", ".join(f"`{p.name}`" for p in skipped)
         lines += ["", f"Not rendered (no bench/compare/score/batched_compare `kind`): {names}."]
+    if superseded:
+        names = ", ".join(f"`{r['_file'].name}` (by `{r['superseded_by']}`)" for r in superseded)
+        lines += ["", f"Superseded, not rendered: {names}."]
     return "\n".join(lines)
 
 

@@ -64,3 +64,18 @@ def test_readme_without_markers_is_a_clear_error(committed, specpilot_cli, tmp_p
     readme.write_text("# no markers\n")
     assert specpilot_cli("report", "--results-dir", committed, "--readme", readme) == 2
     assert "<!-- results:begin -->" in capsys.readouterr().err
+
+
+def test_a_superseded_record_leaves_the_tables(committed, specpilot_cli, tmp_path):
+    folder = tmp_path / "results"
+    shutil.copytree(committed, folder)
+    compare = json.loads((folder / "compare-ar-stock.json").read_text())
+    (folder / "compare-ar-stock.json").write_text(
+        json.dumps({**compare, "superseded_by": "compare-ar-stock-v2.json"}))
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    assert specpilot_cli("report", "--results-dir", folder, "--readme", readme) == 0
+    text = readme.read_text()
+    assert f"**{compare['median_speedup']:.3g}**" not in text
+    assert ("Superseded, not rendered: `compare-ar-stock.json` (by `compare-ar-stock-v2.json`)"
+            in text)
