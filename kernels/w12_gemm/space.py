@@ -4,10 +4,14 @@ Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decod
 "prmt": inline-PTX decode of 4 weights per call, GPU only), ``ESC_CHUNK`` (escapes applied per row
 in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
 measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
-costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed) and,
-for the GEMV, ``PREFETCH`` (the next K step's tiles loaded into registers before this step's are
-decoded). ``BLOCK_K`` counts *pairs* of columns: one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles) and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high
-nibbles), so it covers ``2 * BLOCK_K`` weights per row.
+costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed).
+``BLOCK_K`` counts *pairs* of columns: one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
+and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.
+
+Not in the space: a GEMV that loads the next K step's tiles into registers before decoding this
+step's (run 5, results/h200-2026-11-30-w12-ar-run5.json): 55 -> 136 registers at 8 x 256 on sm_90
+and 1.6-2.2x slower on every shape (fewer programs per SM). The split-K GEMV (16 x 256, 2 splits)
+won down_proj and out_proj in that run.
 """
 
 import itertools
@@ -33,7 +37,6 @@ PARAMS = {
         "num_stages": [1, 2, 3, 4],
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4],
-        "PREFETCH": [0, 1],
     },
     "dot": {
         "BLOCK_N": [16, 32, 64, 128, 256],
@@ -58,10 +61,10 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, decode: str, esc_chunk: int = 1, prefetch: int = 0) -> dict:
+            num_stages: int, decode: str, esc_chunk: int = 1) -> dict:
     return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
             "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
-            "ESC_CHUNK": esc_chunk, **({"PREFETCH": prefetch} if kernel == "gemv" else {})}
+            "ESC_CHUNK": esc_chunk}
 
 
 SWEEP = [
@@ -69,11 +72,6 @@ SWEEP = [
     _config("gemv", 8, 256, 1, 4, 3, "prmt"),
     _config("gemv", 16, 512, 2, 4, 3, "prmt"),
     _config("gemv", 16, 256, 2, 4, 3, "prmt"),
-    _config("gemv", 8, 256, 1, 4, 3, "prmt", prefetch=1),
-    _config("gemv", 16, 256, 1, 4, 3, "prmt", prefetch=1),
-    _config("gemv", 8, 256, 2, 4, 3, "prmt", prefetch=1),
-    _config("gemv", 16, 256, 2, 4, 3, "prmt", prefetch=1),
-    _config("gemv", 8, 128, 1, 2, 3, "prmt", prefetch=1),
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),
@@ -104,7 +102,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                          f"missing {sorted(missing)}")
     for name in PARAMS[kernel]:
         v = config[name]
-        if name in ("DECODE", "PREFETCH"):
+        if name == "DECODE":
             if v not in PARAMS[kernel][name]:
                 raise ValueError(f"config[{name!r}] must be one of {PARAMS[kernel][name]}")
         else:

@@ -107,16 +107,13 @@ def step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr
 
 
 @triton.jit
-def gemv_step(acc, x_ptr, j0, j_hi, K, K2, nib, sm_a, sm_b, BLOCK_K: tl.constexpr,
+def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
               ASM: tl.constexpr, MASKED: tl.constexpr):
-    """``acc [BN, BK] += w * x`` for both halves of the K step at ``j0`` whose three uint8 tiles
-    are loaded (x is loaded here: a few L2-resident bytes per step)."""
-    offs_j = j0 + tl.arange(0, BLOCK_K)
-    b_mask = K2 + offs_j < K
+    """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
+    offs_j, j_mask, b_mask, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2,
+                                                         n_mask, BLOCK_K, MASKED)
     if MASKED:
-        j_mask = offs_j < j_hi
         x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
-        b_mask = b_mask & j_mask
     else:
         x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
@@ -129,14 +126,8 @@ def gemv_step(acc, x_ptr, j0, j_hi, K, K2, nib, sm_a, sm_b, BLOCK_K: tl.constexp
 def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                              ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr,
-                             PREFETCH: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``.
-
-    The GEMV's loads go to registers (Triton pipelines only loads that feed ``tl.dot`` through
-    shared memory), so with ``PREFETCH`` the next K step's tiles are loaded before this step's are
-    decoded: one step's bytes stay in flight while a warp decodes, for the registers of a second
-    set of tiles (a tuning parameter: fewer programs fit an SM)."""
+                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr):
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -149,27 +140,12 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
     j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    if PREFETCH:
-        if j_lo < j_full:
-            _, _, _, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j_lo, j_hi, K, K2, n_mask,
-                                                  BLOCK_K, False)
-            for j0 in range(j_lo + BLOCK_K, j_full, BLOCK_K):
-                _, _, _, n_nib, n_sm_a, n_sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2,
-                                                            n_mask, BLOCK_K, False)
-                acc = gemv_step(acc, x_ptr, j0 - BLOCK_K, j_hi, K, K2, nib, sm_a, sm_b, BLOCK_K,
-                                ASM, False)
-                nib, sm_a, sm_b = n_nib, n_sm_a, n_sm_b
-            acc = gemv_step(acc, x_ptr, j_full - BLOCK_K, j_hi, K, K2, nib, sm_a, sm_b, BLOCK_K,
-                            ASM, False)
-    else:
-        for j0 in range(j_lo, j_full, BLOCK_K):
-            _, _, _, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2, n_mask,
-                                                  BLOCK_K, False)
-            acc = gemv_step(acc, x_ptr, j0, j_hi, K, K2, nib, sm_a, sm_b, BLOCK_K, ASM, False)
+    for j0 in range(j_lo, j_full, BLOCK_K):
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, ASM,
+                        False)
     if j_full < j_hi:
-        _, _, _, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask,
-                                              BLOCK_K, True)
-        acc = gemv_step(acc, x_ptr, j_full, j_hi, K, K2, nib, sm_a, sm_b, BLOCK_K, ASM, True)
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K,
+                        ASM, True)
     y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
     offs_m = tl.arange(0, 1)
     if pid_k == 0:
@@ -295,7 +271,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     if plan.block_t is None:
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            PREFETCH=bool(cfg["PREFETCH"]), **meta)
+            **meta)
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,

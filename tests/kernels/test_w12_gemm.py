@@ -17,9 +17,9 @@ from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 
 
-def gemv(bn=16, bk=16, split=1, esc=1, prefetch=0):
+def gemv(bn=16, bk=16, split=1, esc=1):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
-            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch}
+            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc}
 
 
 def dot(bn=16, bk=16, split=1, warps=4, esc=1):
@@ -30,12 +30,6 @@ def dot(bn=16, bk=16, split=1, warps=4, esc=1):
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-w12-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
-    # the prefetching GEMV: several whole steps and a tail; one whole step; a tail only; splits
-    # holding one step each
-    pytest.param(1, 163, 21, gemv(prefetch=1), id="M1-K163-N21-w12-gemv-prefetch"),
-    pytest.param(1, 37, 21, gemv(prefetch=1), id="M1-K37-N21-w12-gemv-prefetch-one-step"),
-    pytest.param(1, 29, 21, gemv(prefetch=1), id="M1-K29-N21-w12-gemv-prefetch-tail-only"),
-    pytest.param(1, 160, 21, gemv(prefetch=1, split=5), id="M1-K160-N21-w12-gemv-prefetch-split"),
     pytest.param(1, 66, 45, dot(), id="M1-K66-N45-w12-dot"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
