@@ -96,11 +96,13 @@ def run(args: Args) -> int:
 
 def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: str) -> None:
     """The verify-shape terms: the verify width with the best bound, deeper drafting's upper bound,
-    two-stage verification at its best prefix against one stage (and, for a batch, grouped
-    admission and the widths by occupancy)."""
+    two-stage verification at its best prefix against one stage of the whole block and against
+    the best single-stage width (and, for a batch, grouped admission and the widths by
+    occupancy)."""
     from specpilot.bench.workload import load_profile
     from specpilot.costmodel.phases import bound_by_width
     from specpilot.costmodel.phases import deeper_drafting_bound
+    from specpilot.costmodel.phases import two_stage_bound
     from specpilot.costmodel.phases import two_stage_verify_ms
 
     probs = load_profile(profile, block, setting.directory).probs
@@ -117,10 +119,16 @@ def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: st
           f"{'pays' if deeper['ratio'] > 1.0 else 'does not pay'})")
     two = two_stage_verify_ms(target, drafter, gpu, block, args.concurrency, probs,
                               args.context, args.rollback)
-    verdict = "pays" if two["speedup"] > 1.0 else "does not pay"
     print(f"  two-stage verify ({profile}): best prefix {two['best_prefix']}, "
           f"{two['best_ms']:.3f} ms vs {two['one_stage_ms']:.3f} ms in one stage "
-          f"({two['speedup']:.2f}x: {verdict})")
+          f"({two['speedup']:.2f}x)")
+    vs = two_stage_bound(target, drafter, gpu, block, args.concurrency, probs, args.context,
+                         args.rollback)
+    verdict = "pays" if vs["ratio"] > 1.0 else "does not pay"
+    print(f"  two-stage verify against verifying fewer positions: bound "
+          f"{vs['two_stage_bound']:.2f}x (window {vs['two_stage_width']}, prefix "
+          f"{vs['two_stage_prefix']}) vs {vs['single_bound']:.2f}x at width {vs['single_width']} "
+          f"in one stage ({vs['ratio']:.2f}x: {verdict})")
     if args.concurrency > 1:
         _admission_term(args, setting, target, drafter, gpu, block, probs)
         from specpilot.search.gaps import occupancy_widths

@@ -144,27 +144,57 @@ def verify_cost(target, drafter, gpu: Gpu, num_requests: float, rows: int, conte
 
 def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
                         num_requests: int, accept_probs: list[float], context: int = 512,
-                        rollback: str = "snapshot") -> dict:
-    """The floor of two-stage verification against one verify of the whole block, at every prefix.
+                        rollback: str = "snapshot", width: int | None = None) -> dict:
+    """The floor of two-stage verification against one verify of the window, at every prefix.
 
-    Stage 1 verifies the first ``p`` rows of every request's block; stage 2 the remaining
-    ``block - p`` rows of the requests whose prefix passed entirely (accept length >= p, probability
-    from ``accept_probs`` over accept lengths 1..block), as an expectation (weights read once per
-    stage). Tokens per step are unchanged (a request that failed the prefix would have kept fewer
-    than ``p`` tokens anyway), so the ratio of floors is the phase's speedup. Returns
-    ``{"one_stage_ms", "by_prefix": {p: ms}, "best_prefix", "best_ms", "speedup"}``."""
+    The window is ``width`` positions of the drafted block (default: all ``block_size``). Stage 1
+    verifies the first ``p`` positions of every request's window; a request goes on to stage 2 (the
+    remaining ``width - p`` positions) when its ``p - 1`` drafts and the next one all pass (``k >=
+    p`` drafts accepted, probability from ``accept_probs`` over k = 0 .. block-1), as an expectation
+    (weights read once per stage). Tokens per step are those of one verify of the window (a
+    request that stopped in stage 1 would have kept no more anyway), so the ratio of floors is the
+    phase's speedup. Returns ``{"one_stage_ms", "by_prefix": {p: ms}, "best_prefix", "best_ms",
+    "speedup"}``."""
+    width = width or block_size
     target, drafter = _meta_model(target_config), _meta_model(drafter_config)
-    one = verify_cost(target, drafter, gpu, num_requests, block_size, context, rollback).floor_ms
+    one = verify_cost(target, drafter, gpu, num_requests, width, context, rollback).floor_ms
     by_prefix = {}
-    for prefix in range(1, block_size):
-        passed = sum(accept_probs[prefix - 1:])  # P(accept length >= prefix)
+    for prefix in range(1, width):
+        passed = sum(accept_probs[prefix:])  # P(at least ``prefix`` drafts accepted)
         stage1 = verify_cost(target, drafter, gpu, num_requests, prefix, context, rollback)
-        stage2 = verify_cost(target, drafter, gpu, num_requests * passed, block_size - prefix,
+        stage2 = verify_cost(target, drafter, gpu, num_requests * passed, width - prefix,
                              context, rollback)
         by_prefix[prefix] = stage1.floor_ms + stage2.floor_ms
     best = min(by_prefix, key=by_prefix.get)
     return {"one_stage_ms": one, "by_prefix": by_prefix, "best_prefix": best,
             "best_ms": by_prefix[best], "speedup": one / by_prefix[best]}
+
+
+def two_stage_bound(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
+                    num_requests: int, accept_probs: list[float], context: int = 512,
+                    rollback: str = "snapshot") -> dict:
+    """Two-stage verification against the mechanism it competes with, one verify of fewer
+    positions (:func:`bound_by_width`): the speedup bound over AR of the best (window, prefix) in
+    two stages and of the best single-stage width. Both keep the tokens of their window
+    (:func:`truncated_tau`); the second stage saves the rows of requests that failed the prefix
+    and pays a second read of every weight. Returns ``{"single_width", "single_bound",
+    "two_stage_width", "two_stage_prefix", "two_stage_bound", "ratio"}``."""
+    singles = bound_by_width(target_config, drafter_config, gpu, block_size, num_requests,
+                             accept_probs, context, rollback)
+    single = max(singles, key=singles.get)
+    best = (0.0, None, None)
+    for width in range(2, block_size + 1):
+        costs = engine_costs(target_config, drafter_config, gpu, width, context, rollback,
+                             num_requests)
+        two = two_stage_verify_ms(target_config, drafter_config, gpu, block_size, num_requests,
+                                  accept_probs, context, rollback, width)
+        step_ms = costs["draft"].floor_ms + two["best_ms"] + costs["commit"].floor_ms
+        bound = truncated_tau(accept_probs, width) * costs["ar"].floor_ms / step_ms
+        if bound > best[0]:
+            best = (bound, width, two["best_prefix"])
+    return {"single_width": single, "single_bound": singles[single], "two_stage_width": best[1],
+            "two_stage_prefix": best[2], "two_stage_bound": best[0],
+            "ratio": best[0] / singles[single]}
 
 
 def deeper_drafting_bound(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
