@@ -31,6 +31,7 @@ import torch
 
 from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
+from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import request_state_bytes
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
@@ -39,6 +40,7 @@ from specpilot.engines.engine import Engine
 from specpilot.engines.engine import SamplingParams
 from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
+from specpilot.engines.models.layers import row_subset
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
 from specpilot.errors import SpecPilotError
@@ -93,6 +95,11 @@ class BatchEngine:
             self.cache.reserve_snapshots(
                 engine.block_size, engine.recipe.gdn_snapshot,
                 share_with=share_scratch.cache if share_scratch is not None else None)
+        if engine.recipe.two_stage and any(isinstance(c, GDNState) for c in self.cache.layers):
+            raise ValueError(f"recipe {engine.recipe.name!r}: two-stage verification runs on "
+                             "attention-only targets; for a hybrid target a request left out of "
+                             "the second stage needs a keep-nothing commit of its recurrent "
+                             "state, which is not built")
         self.draft_cache = (engine.drafter.new_cache(max_batch, engine.max_len)
                             if engine.drafter is not None else None)
         self.running: list[Running] = []
@@ -111,11 +118,14 @@ class BatchEngine:
             # part reads this buffer, so it is cleared whenever no row is replayed
             self._forced = torch.full((max_batch,), -1, dtype=torch.long, device=device)
             self._forced_dirty = False
+            # two-stage verify: the rows whose first stage passed (written by the first stage)
+            self._passed = torch.zeros(max_batch, dtype=torch.bool, device=device)
         self._views: dict[int, tuple] = {}
         use_graphs = engine.use_graphs
         self.pad = use_graphs if pad_to_buckets is None else pad_to_buckets
         self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
         self._graphs: dict[int, tuple] = {}  # bucket -> (first part, second part)
+        self._stage2_graphs: dict[tuple[int, int], object] = {}  # (bucket, passed bucket) -> graph
         self._num_sampled = self._num_replayed = 0
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
                          next((m for m in model.modules() if isinstance(m, Linear)), None))
@@ -294,11 +304,25 @@ class BatchEngine:
                 self._forced.fill_(-1)
                 self._forced_dirty = False
             table = graphs[1]() if graphs else self._verify(size, self._forced)
+            if self._stages(size)[1] is not None:
+                table = self._second_stage(size, table, graphs is not None)
         return self._deliver(self.transfers.fetch(table[:n]))
 
-    def _finish(self, size: int, proposed, num_proposed, agreed) -> torch.Tensor:
-        """Clip, advance and commit rows ``0 .. size-1``; the table [size, 2 + W] the host reads."""
-        kept = self.rows.keep(proposed, num_proposed)
+    def _second_stage(self, size: int, table: torch.Tensor, captured: bool) -> torch.Tensor:
+        """After a first stage: the second over the rows that passed it (one host read of their
+        count; none passed: the first stage's table is the step's)."""
+        passed = int(self._passed[:size].sum())
+        if not passed:
+            return table
+        rows = min(next(b for b in self.buckets if b >= passed), size)
+        if captured:
+            return self._stage2_graphs[(size, rows)](table1=table)
+        return self._stage2(size, rows, table)
+
+    def _finish(self, size: int, proposed, num_proposed, agreed, active=None) -> torch.Tensor:
+        """Clip, advance and commit rows ``0 .. size-1`` (those ``active`` [size] leaves out keep
+        nothing); the table [size, 2 + W] the host reads."""
+        kept = self.rows.keep(proposed, num_proposed, active)
         cache, draft = self._rows(size)
         if draft is not None:  # a finished row (kept 0) commits its pending row again: any count
             self.engine._commit_fn(cache, draft, kept.clamp(min=1), self.rows.committed[:size])
@@ -318,10 +342,14 @@ class BatchEngine:
         ones = self._ones[:size]
         return self._finish(size, tokens[:, None], ones, ones)
 
+    def _stages(self, size: int) -> tuple[int, int | None]:
+        """``(window, prefix)`` of a step over ``size`` rows: the positions per request it verifies
+        of the drafter's whole block (the recipe's ``two_stage`` or ``verify_widths`` for that
+        bucket, else the whole block), and where its first stage ends (None: one stage)."""
+        return self.engine.recipe.stages_for(size, self.engine.block_size)
+
     def _width(self, size: int) -> int:
-        """Positions per request a step over ``size`` rows verifies (the recipe's
-        ``verify_widths`` for that bucket, else the whole block) of the drafter's whole block."""
-        return self.engine.recipe.width_for(size, self.engine.block_size)
+        return self._stages(size)[0]
 
     def _draft(self, size: int) -> torch.Tensor:
         """First part: every row's draft window (the drafter's whole block) -> the drafts this
@@ -334,20 +362,56 @@ class BatchEngine:
         return self._drafts[:size].copy_(drafts)[:, :self._width(size) - 1]
 
     def _verify(self, size: int, forced: torch.Tensor) -> torch.Tensor:
-        """Second part: verify every row's window (:meth:`_width` positions); row i proposes
-        ``[d_1 .. d_a, bonus]``.
+        """Second part: verify every row's window (:meth:`_width` positions), or with two stages
+        its first stage (the window's first ``prefix`` positions), marking in ``_passed`` the rows
+        whose drafts all passed through position ``prefix``: their first ``prefix - 1`` drafts
+        were accepted and the target's token after them is draft ``prefix`` (a replayed row: its
+        drawn count reaches ``prefix``), with nothing clipped (stop token, budget)."""
+        window, prefix = self._stages(size)
+        if prefix is None:
+            return self._verify_window(size, forced, 0, window)[0]
+        table, num_accepted, bonus, force = self._verify_window(size, forced, 0, prefix)
+        agrees = (num_accepted == prefix - 1) & (bonus == self._drafts[:size, prefix - 1])
+        passed = torch.where(force >= 0, force >= prefix, agrees)
+        self._passed[:size] = passed & (table[:, 0] == prefix) & (self.rows.remaining[:size] > 0)
+        return table
+
+    def _stage2(self, size: int, num_rows: int, table1: torch.Tensor) -> torch.Tensor:
+        """The second stage: positions ``prefix .. window-1`` of the rows that passed the first
+        (``table1`` its table), the linear layers on the first ``num_rows`` rows in ``_passed``
+        order (the passed ones, then others as padding) alone; the step's table."""
+        e = self.engine
+        window, prefix = self._stages(size)
+        width = window - prefix
+        passed = self._passed[:size]
+        order = torch.argsort((~passed).to(torch.int32), stable=True)[:num_rows]
+        token_rows = (order[:, None] * width + self._offsets[:width]).flatten()
+        with row_subset((e.target, e.drafter), token_rows):
+            table2 = self._verify_window(size, self._forced, prefix, width, passed)[0]
+        kept = table1[:, :1] + table2[:, :1]
+        agreed = table1[:, 1:2] + torch.where(passed[:, None], table2[:, 1:2], 0)
+        return torch.cat([kept, agreed, table1[:, 2:], table2[:, 2:]], 1)
+
+    def _verify_window(self, size: int, forced: torch.Tensor, offset: int, width: int,
+                       active: torch.Tensor | None = None):
+        """Verify ``width`` positions of every row from draft ``offset`` on: ``[pending,
+        d_(offset+1) .. d_(offset+width-1)]``; row i proposes ``[d .., bonus]``. Returns the table,
+        the accepted counts, the bonus tokens and the rows' forced counts at this offset.
 
         ``forced`` [max_batch]: a replayed row's drawn count (``Engine._replayed`` for all rows at
         once: its first min(k, W-1) drafts are kept, then the target's token there); -1: the
-        target's own greedy acceptance.
+        target's own greedy acceptance. ``active`` [size] (bool): rows that may keep tokens.
         """
-        e, width = self.engine, self._width(size)
+        e = self.engine
         cache, draft = self._rows(size)
-        drafts, positions = self._drafts[:size, :width - 1], self._positions[:size, :width]
-        verify_ids = torch.cat([self._block_ids[:size, :1], drafts], dim=1)
+        drafts = self._drafts[:size, offset:offset + width - 1]
+        positions = self.rows.committed[:size, None] + self._offsets[:width]
+        verify_ids = torch.cat([self.rows.pending[:size, None], drafts], dim=1)
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
         agreed = num_accepted
         force = forced[:size]
+        if offset:
+            force = torch.where(force >= 0, force - offset, -1)
         # a replayed count past this step's width is cut there: the drafter's profile truncated
         take = force.clamp(min=0, max=width - 1)
         at_take = logits.gather(1, take[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
@@ -356,13 +420,15 @@ class BatchEngine:
         if self._num_sampled:
             num_accepted, bonus = num_accepted.clone(), bonus.clone()
             for i, r in enumerate(self.running):
-                if r.params.temperature > 0:  # rejection sampling with the row's rule and generator
+                if r.params.temperature > 0 and (active is None or bool(active[i])):
+                    # rejection sampling with the row's rule and generator
                     probs = sampling_probs(logits[i:i + 1], r.params.temperature, r.params.top_p)
                     a, b = rejection_accept(drafts[i:i + 1], probs, None, r.generator)
                     num_accepted[i:i + 1], bonus[i:i + 1] = a, b
         proposed = torch.cat([drafts, bonus[:, None]], dim=1)
         proposed.scatter_(1, num_accepted[:, None], bonus[:, None])
-        return self._finish(size, proposed, num_accepted + 1, agreed)
+        table = self._finish(size, proposed, num_accepted + 1, agreed, active)
+        return table, num_accepted, bonus, force
 
     def _capture(self) -> None:
         """Both parts of the step as CUDA graphs, once per bucket (the batch is still empty)."""
@@ -377,6 +443,13 @@ class BatchEngine:
                 self._graphs[size] = (
                     CapturedStep(lambda s=size: self._draft(s), {}, pool),
                     CapturedStep(lambda s=size: self._verify(s, self._forced), {}, pool))
+                prefix = self._stages(size)[1]
+                if prefix is not None:  # the second stage, per bucket of rows that passed
+                    first = torch.zeros(size, 2 + prefix, dtype=torch.long, device=self._ones.device)
+                    for rows in (b for b in self.buckets if b <= size):
+                        self._stage2_graphs[(size, rows)] = CapturedStep(
+                            lambda table1, s=size, r=rows: self._stage2(s, r, table1),
+                            {"table1": first}, pool)
         self.cache.reset()
         if self.draft_cache is not None:
             self.draft_cache.reset()

@@ -41,16 +41,20 @@ class RowState:
         """Mark a row no request holds as finished (rows >= n stay inert if a step covers them)."""
         self.remaining[row] = 0
 
-    def keep(self, proposed: torch.Tensor, num_proposed: torch.Tensor) -> torch.Tensor:
+    def keep(self, proposed: torch.Tensor, num_proposed: torch.Tensor,
+             active: torch.Tensor | None = None) -> torch.Tensor:
         """Clip each row's proposal and advance rows ``0 .. n-1``; returns kept counts [n].
 
         ``proposed`` [n, W]: row i proposes its first ``num_proposed[i]`` (>= 1) tokens. A row keeps
         them up to its token budget and through its first stop token (``Engine._clip``); a finished
-        row (budget 0) keeps none. Kept tokens become committed, the last one pending.
+        row (budget 0), and a row that ``active`` [n] (bool) leaves out, keeps none. Kept tokens
+        become committed, the last one pending.
         """
         n = proposed.shape[0]
         remaining = self.remaining[:n]
         budget = torch.minimum(num_proposed, remaining)
+        if active is not None:
+            budget = torch.where(active, budget, 0)
         is_stop = (proposed[:, :, None] == self.stops[:n, None, :]).any(-1)  # [n, W]
         first_stop = (~is_stop).int().cumprod(1).sum(1)  # W when the row has none
         kept = torch.minimum(budget, first_stop + 1)

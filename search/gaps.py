@@ -99,6 +99,53 @@ def occupancy_widths(setting, concurrency: int | None = None,
     return tuple(table)
 
 
+def two_stage_table(setting, concurrency: int | None = None,
+                    bound_at=None) -> tuple[tuple[int, int, int], ...]:
+    """A recipe's ``two_stage`` for this setting: ``(rows, window, prefix)`` from the first batch
+    bucket (2, 4, .. up to the setting's concurrency) where two-stage verification bounds higher
+    than the best single-stage width (:func:`specpilot.costmodel.phases.two_stage_bound`), listed
+    where the best window or prefix changes (the second stage gains with the batch, so it keeps
+    paying above); () where it never pays, for a hybrid target (the engine runs it on
+    attention-only targets), or without a profile or GPU ceilings. ``bound_at(rows)`` replaces
+    the setting's own two_stage_bound."""
+    from specpilot.search.catalog import setting_features
+
+    concurrency = concurrency or setting.scenario.concurrency
+    if bound_at is None:
+        if setting_features(setting)["hybrid"]:
+            return ()
+        bound_at = _two_stage_bound_at(setting)
+    if bound_at is None:
+        return ()
+    buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)})
+    table = []
+    for rows in buckets:
+        best = bound_at(rows)
+        if best["ratio"] <= 1.0:
+            if table:
+                break
+            continue
+        entry = (rows, best["two_stage_width"], best["two_stage_prefix"])
+        if not table or table[-1][1:] != entry[1:]:
+            table.append(entry)
+    return tuple(table)
+
+
+def _two_stage_bound_at(setting):
+    from specpilot.bench.workload import load_profile
+    from specpilot.costmodel.phases import _meta_model
+    from specpilot.costmodel.phases import two_stage_bound
+    from specpilot.search.catalog import model_configs
+
+    gpu, profile = GPUS.get(setting.gpu), setting.scenario.acceptance_profile
+    if gpu is None or setting.drafter is None or not profile:
+        return None
+    target, drafter = model_configs(setting)
+    block = _meta_model(drafter).block_size
+    probs = load_profile(profile, block, setting.directory).probs
+    return lambda rows: two_stage_bound(target, drafter, gpu, block, rows, probs)
+
+
 def width_bounds(setting) -> dict[int, float]:
     """Verify width -> the speedup bound at the setting's GPU, concurrency and replayed acceptance
     profile; empty without a profile or GPU ceilings (a real pair's acceptance is measured, not

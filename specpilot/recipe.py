@@ -85,6 +85,15 @@ class Recipe:
     rows per request cost less and lose only the tokens past them. Chosen per setting from the
     cost model (``search.gaps.occupancy_widths``); () = the whole block at every occupancy. Without
     CUDA-graph padding (graphs off) a step's rows are its running requests."""
+    two_stage: tuple[tuple[int, int, int], ...] = ()
+    """Batch scenarios: ``(rows, window, prefix)`` triples, rows >= 2 increasing. A batched step
+    over at least ``rows`` rows verifies ``window`` positions of each drafted block (instead of
+    ``verify_widths``) in two forwards: the first ``prefix`` for every request, then the remaining
+    ``window - prefix`` only for the requests whose drafts all passed through position ``prefix``
+    (its linear layers run on those requests' rows alone). Lossless as one verify of the window;
+    it pays once the verify is compute-bound enough that the rows saved outweigh a second read of
+    the weights (``costmodel.phases.two_stage_bound``). Attention-only targets (a hybrid target's
+    recurrent state has no keep-nothing commit yet)."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():
@@ -112,6 +121,35 @@ class Recipe:
                                  f"got {self.block_size}")
         self._check_tree()
         self._check_widths()
+        self._check_two_stage()
+
+    def _check_two_stage(self) -> None:
+        try:
+            triples = tuple((int(r), int(w), int(p)) for r, w, p in self.two_stage)
+            ok = all(type(v) is int for triple in self.two_stage for v in triple)
+        except (TypeError, ValueError):
+            ok = False
+        rows = [r for r, _, _ in triples] if ok else []
+        if (not ok or any(not 1 <= p < w <= 64 for _, w, p in triples) or any(r < 2 for r in rows)
+                or rows != sorted(set(rows))):
+            raise SpecPilotError(f"recipe {self.name!r}: two_stage must be (rows, window, prefix) "
+                                 "integer triples with rows >= 2 strictly increasing and "
+                                 f"1 <= prefix < window <= 64, got {self.two_stage!r}")
+        if triples and (not self.speculative or self.tree_verify):
+            raise SpecPilotError(f"recipe {self.name!r}: two_stage needs a speculative chain "
+                                 "recipe (no tree)")
+        object.__setattr__(self, "two_stage", triples)
+
+    def stages_for(self, rows: int, block_size: int) -> tuple[int, int | None]:
+        """``(window, prefix)`` of a batched step over ``rows`` rows: the positions per request it
+        verifies, and where its first stage ends (None: one stage)."""
+        window, prefix = self.width_for(rows, block_size), None
+        for min_rows, w, p in self.two_stage:
+            if rows >= min_rows:
+                window, prefix = min(w, block_size), p
+        if prefix is not None and prefix >= window:
+            prefix = None
+        return window, prefix
 
     def _check_widths(self) -> None:
         pairs = self.verify_widths
@@ -248,7 +286,8 @@ def merge_field(field: str, old, new):
 
 
 _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
-                 "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": ()}
+                 "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": (),
+                 "two_stage": ()}
 """Fields added after recipes were first hashed, with the default that leaves them out of it."""
 
 STOCK = Recipe(name="stock")

@@ -8,6 +8,7 @@ a model to ``torch.compile``d versions of the same functions, one fused kernel e
 tensors but multiplies chosen Linears by lossless 12-bit weights (:class:`W12Weight`).
 """
 
+import contextlib
 import copy
 import functools
 import itertools
@@ -112,8 +113,18 @@ class Linear(nn.Linear):
     kernel = "torch"
     max_triton_rows = 64
     w12: "W12Weight | None" = None
+    rows: torch.Tensor | None = None  # set by :func:`row_subset`
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rows is None:
+            return self._matmul(x)
+        # only the rows of x (flattened over its leading dims) listed in ``rows``; zeros elsewhere
+        flat = x.reshape(-1, x.shape[-1])
+        part = self._matmul(flat.index_select(0, self.rows))
+        out = part.new_zeros(flat.shape[0], part.shape[-1]).index_copy_(0, self.rows, part)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.w12 is not None:
             out = self.w12.linear(x.reshape(-1, x.shape[-1]), self.bias, self.max_triton_rows)
             return out.view(*x.shape[:-1], out.shape[-1])
@@ -127,6 +138,24 @@ class Linear(nn.Linear):
 
 
 GEMM_KERNELS = ("torch", "triton")
+
+
+@contextlib.contextmanager
+def row_subset(models, rows: torch.Tensor):
+    """Within the block, every :class:`Linear` of ``models`` multiplies only the rows ``rows``
+    (indices into its input flattened over the leading dims) and returns zeros for the others: a
+    forward over a batch whose other requests' outputs are not wanted (the second stage of a
+    two-stage verify) spends its GEMM rows on the wanted ones. Indices may repeat (padding to a
+    fixed count); a repeated row gets one of its copies' results."""
+    linears = [m for model in models if model is not None for m in model.modules()
+               if isinstance(m, Linear)]
+    for module in linears:
+        module.rows = rows
+    try:
+        yield
+    finally:
+        for module in linears:
+            module.rows = None
 
 
 def set_gemm(model: nn.Module, kernel: str) -> None:

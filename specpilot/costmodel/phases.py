@@ -19,6 +19,8 @@ copies through a temporary, twice the bytes).
 """
 
 import dataclasses
+import functools
+import json
 
 import torch
 
@@ -36,8 +38,16 @@ class PhaseCost:
 
 
 def _meta_model(config: dict, dtype=torch.bfloat16):
+    """A model of ``config`` on the meta device (shapes only), one per config and dtype: the
+    bounds below walk the same models many times (every width, prefix and batch bucket)."""
+    return _meta_model_of(json.dumps(config, sort_keys=True), dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _meta_model_of(config_json: str, dtype):
     from specpilot.engines.models import model_class
 
+    config = json.loads(config_json)
     with torch.device("meta"):
         return model_class(config)(config).to(dtype)
 
@@ -50,7 +60,16 @@ def _is_context_linear(name: str) -> bool:
     return name == _CONTEXT_LINEARS[0] or name.endswith(_CONTEXT_LINEARS[1:])
 
 
-def _linear_bytes_flops(model, rows: int, keep=lambda name: True) -> tuple[float, float]:
+def _every_linear(name: str) -> bool:
+    return True
+
+
+def _not_context_fc(name: str) -> bool:
+    return name != "fc"
+
+
+@functools.lru_cache(maxsize=256)
+def _linear_bytes_flops(model, rows: int, keep=_every_linear) -> tuple[float, float]:
     num_bytes = flops = 0.0
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and keep(name):
@@ -60,6 +79,7 @@ def _linear_bytes_flops(model, rows: int, keep=lambda name: True) -> tuple[float
     return num_bytes, flops
 
 
+@functools.lru_cache(maxsize=256)
 def _state_bytes(model, context: int, rows: int, rollback: str) -> tuple[float, float]:
     """(reads, writes) of attention KV and GDN state for one forward of ``rows`` new tokens."""
     with torch.device("meta"):
@@ -100,7 +120,7 @@ def engine_costs(target_config: dict, drafter_config: dict | None, gpu: Gpu, blo
     out["verify"] = verify_cost(target, drafter, gpu, n, block_size, context, rollback)
     # the engine drafts the drafter's whole block, whatever width it verifies (engines/engine.py)
     q_rows = drafter.query_rows(max(block_size, drafter.block_size))
-    d_bytes, d_flops = _linear_bytes_flops(drafter, n * q_rows, lambda name: name != "fc")
+    d_bytes, d_flops = _linear_bytes_flops(drafter, n * q_rows, _not_context_fc)
     head = target.lm_head.weight
     head_bytes = head.numel() * head.element_size()
     window = drafter.window() or context

@@ -63,6 +63,7 @@ def test_cli_prints_the_bound_and_the_two_stage_term_at_a_concurrency(capsys):
     assert "verify width (tau:3.5): best" in out
     assert "deeper drafting (tau:3.5; upper bound)" in out
     assert "verify width by occupancy (recipe verify_widths, rows >= N -> width): ((" in out
+    assert "two-stage verify by occupancy (recipe two_stage" in out
     with pytest.raises(SystemExit) as exit_:
         cli.main(["costmodel", "h200_c1_qwen38-27b_dflash2", "--concurrency", "0"])
     assert exit_.value.code == 2 and "--concurrency must be >= 1" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from specpilot.search.catalog import resolve_delta
 from specpilot.search.config import CampaignConfig
 from specpilot.search.driver import merge_deltas
 from specpilot.search.gaps import occupancy_widths
+from specpilot.search.gaps import two_stage_table
 from specpilot.search.knowledge import KnowledgeStore
 from specpilot.settings import load_setting
 
@@ -33,11 +34,17 @@ def context(features=CPU, champion=STOCK, gaps=(), tried=frozenset(), priors=Non
 
 
 def test_catalog_entries_are_valid_recipe_deltas():
-    batch_setting = load_setting("h200_c32_muse-glimmer-30b_dflash2")
-    for m in load_catalog():
-        delta = resolve_delta(m, batch_setting)  # "cost-model" values computed for the setting
-        recipe = Proposal("catalog", m.name, delta, fault=m.fault).recipe(STOCK)
-        assert recipe.to_dict()  # every delta builds a valid recipe
+    resolved = set()
+    for name in ("h200_c32_muse-glimmer-30b_dflash2", "h200_c64_muse-glimmer-30b_dflash2"):
+        batch_setting = load_setting(name)
+        for m in load_catalog():
+            delta = resolve_delta(m, batch_setting)  # "cost-model" values for the setting
+            if delta is None:  # the cost model has nothing better there
+                continue
+            recipe = Proposal("catalog", m.name, delta, fault=m.fault).recipe(STOCK)
+            assert recipe.to_dict()  # every delta builds a valid recipe
+            resolved.add(m.name)
+    assert {"occupancy-verify-width", "two-stage-verify"} <= resolved
 
 
 def test_occupancy_widths_come_from_the_cost_model_per_setting():
@@ -61,6 +68,36 @@ def test_occupancy_widths_come_from_the_cost_model_per_setting():
     assert "occupancy-verify-width" not in [p.mechanism for p in cpu]
     named = recipe_for(load_setting(name), "stock+occupancy-verify-width")
     assert named.verify_widths == widths
+
+
+def test_two_stage_is_proposed_only_where_the_cost_model_says_it_pays():
+    """Muse-Glimmer-30B + DFlash2 on an H200: two-stage verification bounds above the best
+    single-stage width from 64 requests on (not at 32), so only the 64-request setting gets it,
+    with the cost model's window and prefix; a hybrid target never does."""
+    gaps = [{"phase": "verify", "measured_ms": 9.0, "floor_ms": 1.0}]
+    features = {**H200, "scenario": "cN", "target": "MuseGlimmerForCausalLM", "hybrid": False,
+                "block_size": 16}
+    by_setting = {}
+    for name in ("h200_c32_muse-glimmer-30b_dflash2", "h200_c64_muse-glimmer-30b_dflash2",
+                 "h200_c32_qwen38-27b_dflash2"):
+        hybrid = "qwen" in name
+        proposals = CatalogAgent().propose(AgentContext(
+            name, {**features, "hybrid": hybrid}, STOCK, gaps, frozenset(), {}, 1, 0, 20))
+        by_setting[name] = {p.mechanism: p for p in proposals}.get("two-stage-verify")
+    assert by_setting["h200_c32_muse-glimmer-30b_dflash2"] is None
+    assert by_setting["h200_c32_qwen38-27b_dflash2"] is None
+    table = two_stage_table(load_setting("h200_c64_muse-glimmer-30b_dflash2"))
+    assert table and table[0][0] == 64 and 1 <= table[0][2] < table[0][1] <= 16
+    assert by_setting["h200_c64_muse-glimmer-30b_dflash2"].delta == {"two_stage": table}
+    named = recipe_for(load_setting("h200_c64_muse-glimmer-30b_dflash2"),
+                       "stock+occupancy-verify-width+two-stage-verify")
+    assert named.two_stage == table and named.stages_for(64, 16) == table[0][1:]
+    # a table that pays from some bucket on, listed where the best window or prefix changes
+    bounds = {2: (0.9, 8, 3), 4: (1.1, 8, 3), 8: (1.2, 8, 3), 16: (1.3, 6, 2)}
+    fake = two_stage_table(load_setting("h200_c32_muse-glimmer-30b_dflash2"), 16, lambda rows: {
+        "ratio": bounds[rows][0], "two_stage_width": bounds[rows][1],
+        "two_stage_prefix": bounds[rows][2]})
+    assert fake == ((4, 8, 3), (16, 6, 2))
 
 
 def test_catalog_agent_respects_requirements_and_ranks_by_gap():
