@@ -41,6 +41,8 @@ def check(setting) -> dict:
     from specpilot.engines.batch import BatchEngine
     from specpilot.engines.batch import Running
     from specpilot.engines.batch import run_requests
+    from specpilot.engines.drafters.replay import AcceptanceProfile
+    from specpilot.engines.drafters.replay import ReplayPlan
     from specpilot.engines.engine import SamplingParams
     from specpilot.recipe import AR
     from specpilot.recipe import STOCK
@@ -63,20 +65,45 @@ def check(setting) -> dict:
         out[label] = {"graphs": engine.use_graphs,
                       "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
                       "tau": _tau([n for s in single for n in s.accept_lengths])}
-    for label, recipe in (("batched_ar", AR), ("batched_stock", STOCK),
-                          ("batched_stock_replay", STOCK.replace(gdn_rollback="replay")),
-                          ("batched_ar_prefill", AR.replace(batched_prefill=True)),
-                          ("batched_stock_fused_prefill", fused.replace(batched_prefill=True))):
+    two_stage = STOCK.replace(two_stage=((2, 10, 3),))
+    for label, recipe, replay in (
+            ("batched_ar", AR, False), ("batched_stock", STOCK, False),
+            ("batched_stock_replay", STOCK.replace(gdn_rollback="replay"), False),
+            ("batched_ar_prefill", AR.replace(batched_prefill=True), False),
+            ("batched_stock_fused_prefill", fused.replace(batched_prefill=True), False),
+            # two stages (attention-only targets); replayed acceptance (drafts = the AR tokens,
+            # counts drawn at tau 6) so that second stages run on the tiny pair
+            ("batched_two_stage", two_stage, False),
+            ("batched_two_stage_replayed", two_stage, True)):
         started = time.perf_counter()
-        batch = BatchEngine(models.engine(recipe), NUM_REQUESTS)
+        try:
+            batch = BatchEngine(models.engine(recipe), NUM_REQUESTS)
+        except ValueError as err:  # two stages on a hybrid target: refused, with the reason
+            out[label] = {"skipped": str(err), "mismatched_requests": 0}
+            continue
         capture_s = time.perf_counter() - started
+        second_stage_rows = []
+        first_stage_only = batch._second_stage
+
+        def counting(size, table, captured, _f=first_stage_only, _rows=second_stage_rows,
+                     _b=batch):
+            _rows.append(int(_b._passed[:size].sum()))
+            return _f(size, table, captured)
+
+        batch._second_stage = counting
         requests = [Running(str(i), list(p), SamplingParams(max_new_tokens=n, ignore_eos=True,
                                                             stop_token_ids=s), set(s))
                     for i, (p, n, s) in enumerate(zip(prompts, lengths, stops))]
+        if replay:
+            block = models.drafter.block_size
+            for req, ref in zip(requests, alone):
+                req.replay = ReplayPlan(ref, AcceptanceProfile.parametric(6.0, block),
+                                        models.target.vocab_size, seed=int(req.request_id))
         steps = run_requests(batch, requests)
         got = [r.tokens for r in requests]
         out[label] = {"graphs": bool(batch._graphs), "buckets": batch.buckets,
                       "capture_s": capture_s, "steps": steps,
+                      "second_stage_rows": sum(second_stage_rows),
                       "mismatched_requests": sum(g != e for g, e in zip(got, expected)),
                       "first_mismatch": next(({"request": i, "got": g, "expected": e}
                                               for i, (g, e) in enumerate(zip(got, expected))
