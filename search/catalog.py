@@ -40,8 +40,7 @@ COST_MODEL = "cost-model"
 """A delta value the catalog cannot write down once for every setting: resolved per setting by the
 function :data:`RESOLVERS` names for that field (still data in the catalog, and numbers in the
 recipe a proposal builds)."""
-RESOLVERS = {"verify_widths": "specpilot.search.gaps:occupancy_widths",
-             "two_stage": "specpilot.search.gaps:two_stage_table"}
+RESOLVERS = {"verify_widths": "specpilot.search.gaps:occupancy_widths"}
 
 
 def resolve_delta(mechanism: Mechanism, setting) -> dict | None:

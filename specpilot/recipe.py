@@ -91,9 +91,10 @@ class Recipe:
     ``verify_widths``) in two forwards: the first ``prefix`` for every request, then the remaining
     ``window - prefix`` only for the requests whose drafts all passed through position ``prefix``
     (its linear layers run on those requests' rows alone). Lossless as one verify of the window;
-    it pays once the verify is compute-bound enough that the rows saved outweigh a second read of
-    the weights (``costmodel.phases.two_stage_bound``). Attention-only targets (a hybrid target's
-    recurrent state has no keep-nothing commit yet)."""
+    the cost model bounds it above fewer positions in one stage only for very large batches
+    (``costmodel.phases.two_stage_bound``), and where it did (Muse-Glimmer-30B, 64 requests) it
+    measured 0.84x of them, so the search does not offer it (``search/catalog.toml``).
+    Attention-only targets (a hybrid target's recurrent state has no keep-nothing commit yet)."""
 
     def __post_init__(self):
         for field, choices in _CHOICES.items():

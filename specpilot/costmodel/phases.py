@@ -138,12 +138,15 @@ def _kv_row_bytes(drafter) -> list[int]:
 
 
 def verify_cost(target, drafter, gpu: Gpu, num_requests: float, rows: int, context: int = 512,
-                rollback: str = "snapshot") -> PhaseCost:
+                rollback: str = "snapshot", state_requests: float | None = None) -> PhaseCost:
     """One target forward of ``rows`` rows for each of ``num_requests`` requests (a fraction is an
     expectation: the weights are read once, everything per request scales), plus the drafter's
-    context injection of those rows (none without a drafter). ``target``/``drafter`` are meta
-    models (``_meta_model``)."""
+    context injection of those rows (none without a drafter). ``state_requests``: the requests
+    whose attention KV and recurrent state the forward reads and writes, if more than those whose
+    rows its linear layers multiply (a two-stage verify's second stage runs attention on every
+    row). ``target``/``drafter`` are meta models (``_meta_model``)."""
     n = num_requests
+    n_state = n if state_requests is None else state_requests
     if n <= 0 or rows <= 0:
         return PhaseCost("verify", 0.0, 0.0, 0.0)
     w_bytes, _ = _linear_bytes_flops(target, 0)
@@ -157,7 +160,7 @@ def verify_cost(target, drafter, gpu: Gpu, num_requests: float, rows: int, conte
         c_row_bytes, c_row_flops = _linear_bytes_flops(drafter, 1, _is_context_linear)
         c_row_bytes += sum(_kv_row_bytes(drafter)) - c_w
     num_bytes = (w_bytes + c_w + n * rows * (per_row_bytes + emb + c_row_bytes)
-                 + n * (reads + writes))
+                 + n_state * (reads + writes))
     flops = n * rows * (per_row_flops + c_row_flops)
     return PhaseCost("verify", num_bytes, flops, gpu.time_ms(num_bytes, flops))
 
@@ -171,7 +174,9 @@ def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, blo
     verifies the first ``p`` positions of every request's window; a request goes on to stage 2 (the
     remaining ``width - p`` positions) when its ``p - 1`` drafts and the next one all pass (``k >=
     p`` drafts accepted, probability from ``accept_probs`` over k = 0 .. block-1), as an expectation
-    (weights read once per stage). Tokens per step are those of one verify of the window (a
+    (weights read once per stage; the second stage's linear layers on the passing requests' rows,
+    its attention on every request's, as the batched engine runs it). Tokens per step are those of
+    one verify of the window (a
     request that stopped in stage 1 would have kept no more anyway), so the ratio of floors is the
     phase's speedup. Returns ``{"one_stage_ms", "by_prefix": {p: ms}, "best_prefix", "best_ms",
     "speedup"}``."""
@@ -183,7 +188,7 @@ def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, blo
         passed = sum(accept_probs[prefix:])  # P(at least ``prefix`` drafts accepted)
         stage1 = verify_cost(target, drafter, gpu, num_requests, prefix, context, rollback)
         stage2 = verify_cost(target, drafter, gpu, num_requests * passed, width - prefix,
-                             context, rollback)
+                             context, rollback, state_requests=num_requests)
         by_prefix[prefix] = stage1.floor_ms + stage2.floor_ms
     best = min(by_prefix, key=by_prefix.get)
     return {"one_stage_ms": one, "by_prefix": by_prefix, "best_prefix": best,
