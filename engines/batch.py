@@ -120,6 +120,7 @@ class BatchEngine:
             self._forced_dirty = False
             # two-stage verify: the rows whose first stage passed (written by the first stage)
             self._passed = torch.zeros(max_batch, dtype=torch.bool, device=device)
+            self._agrees_through = torch.zeros(max_batch, dtype=torch.bool, device=device)
         self._views: dict[int, tuple] = {}
         use_graphs = engine.use_graphs
         self.pad = use_graphs if pad_to_buckets is None else pad_to_buckets
@@ -366,14 +367,19 @@ class BatchEngine:
         its first stage (the window's first ``prefix`` positions), marking in ``_passed`` the rows
         whose drafts all passed through position ``prefix``: their first ``prefix - 1`` drafts
         were accepted and the target's token after them is draft ``prefix`` (a replayed row: its
-        drawn count reaches ``prefix``), with nothing clipped (stop token, budget)."""
+        drawn count reaches ``prefix``, and it keeps draft ``prefix`` there, as one verify of the
+        window would), with nothing clipped (stop token, budget)."""
         window, prefix = self._stages(size)
         if prefix is None:
             return self._verify_window(size, forced, 0, window)[0]
-        table, num_accepted, bonus, force = self._verify_window(size, forced, 0, prefix)
-        agrees = (num_accepted == prefix - 1) & (bonus == self._drafts[:size, prefix - 1])
-        passed = torch.where(force >= 0, force >= prefix, agrees)
+        table, num_accepted, bonus, force, target_bonus = self._verify_window(
+            size, forced, 0, prefix, follows=True)
+        next_draft = self._drafts[:size, prefix - 1]
+        passed = torch.where(force >= 0, force >= prefix,
+                             (num_accepted == prefix - 1) & (bonus == next_draft))
         self._passed[:size] = passed & (table[:, 0] == prefix) & (self.rows.remaining[:size] > 0)
+        # the target's own agreement runs on into the second stage (replay bookkeeping)
+        self._agrees_through[:size] = (table[:, 1] == prefix - 1) & (target_bonus == next_draft)
         return table
 
     def _stage2(self, size: int, num_rows: int, table1: torch.Tensor) -> torch.Tensor:
@@ -389,18 +395,22 @@ class BatchEngine:
         with row_subset((e.target, e.drafter), token_rows):
             table2 = self._verify_window(size, self._forced, prefix, width, passed)[0]
         kept = table1[:, :1] + table2[:, :1]
-        agreed = table1[:, 1:2] + torch.where(passed[:, None], table2[:, 1:2], 0)
+        through = (passed & self._agrees_through[:size])[:, None]
+        agreed = table1[:, 1:2] + torch.where(through, 1 + table2[:, 1:2], 0)
         return torch.cat([kept, agreed, table1[:, 2:], table2[:, 2:]], 1)
 
     def _verify_window(self, size: int, forced: torch.Tensor, offset: int, width: int,
-                       active: torch.Tensor | None = None):
+                       active: torch.Tensor | None = None, follows: bool = False):
         """Verify ``width`` positions of every row from draft ``offset`` on: ``[pending,
         d_(offset+1) .. d_(offset+width-1)]``; row i proposes ``[d .., bonus]``. Returns the table,
-        the accepted counts, the bonus tokens and the rows' forced counts at this offset.
+        the accepted counts, the bonus tokens and the rows' forced counts at this offset (and with
+        ``follows``, a second stage coming, the target's own bonus tokens).
 
         ``forced`` [max_batch]: a replayed row's drawn count (``Engine._replayed`` for all rows at
-        once: its first min(k, W-1) drafts are kept, then the target's token there); -1: the
-        target's own greedy acceptance. ``active`` [size] (bool): rows that may keep tokens.
+        once: its first min(k, W-1) drafts are kept, then the target's token there; with
+        ``follows`` a count past this window keeps the next draft instead, as one verify of the
+        whole window would); -1: the target's own greedy acceptance. ``active`` [size] (bool):
+        rows that may keep tokens.
         """
         e = self.engine
         cache, draft = self._rows(size)
@@ -408,7 +418,7 @@ class BatchEngine:
         positions = self.rows.committed[:size, None] + self._offsets[:width]
         verify_ids = torch.cat([self.rows.pending[:size, None], drafts], dim=1)
         logits, num_accepted, bonus = e._verify_fn(cache, draft, verify_ids, positions)
-        agreed = num_accepted
+        agreed, target_bonus = num_accepted, bonus
         force = forced[:size]
         if offset:
             force = torch.where(force >= 0, force - offset, -1)
@@ -417,6 +427,8 @@ class BatchEngine:
         at_take = logits.gather(1, take[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
         num_accepted = torch.where(force >= 0, take, num_accepted)
         bonus = torch.where(force >= 0, at_take.argmax(dim=-1), bonus)
+        if follows:
+            bonus = torch.where(force >= width, self._drafts[:size, offset + width - 1], bonus)
         if self._num_sampled:
             num_accepted, bonus = num_accepted.clone(), bonus.clone()
             for i, r in enumerate(self.running):
@@ -428,6 +440,8 @@ class BatchEngine:
         proposed = torch.cat([drafts, bonus[:, None]], dim=1)
         proposed.scatter_(1, num_accepted[:, None], bonus[:, None])
         table = self._finish(size, proposed, num_accepted + 1, agreed, active)
+        if follows:
+            return table, num_accepted, bonus, force, target_bonus
         return table, num_accepted, bonus, force
 
     def _capture(self) -> None:

@@ -103,9 +103,9 @@ def two_stage_table(setting, concurrency: int | None = None,
                     bound_at=None) -> tuple[tuple[int, int, int], ...]:
     """A recipe's ``two_stage`` for this setting: ``(rows, window, prefix)`` from the first batch
     bucket (2, 4, .. up to the setting's concurrency) where two-stage verification bounds higher
-    than the best single-stage width (:func:`specpilot.costmodel.phases.two_stage_bound`), listed
-    where the best window or prefix changes (the second stage gains with the batch, so it keeps
-    paying above); () where it never pays, for a hybrid target (the engine runs it on
+    than the best single-stage width (:func:`specpilot.costmodel.phases.two_stage_bound`) and at
+    every larger one (an entry holds for every bucket above it), listed where the best window or
+    prefix changes; () where it never pays that way, for a hybrid target (the engine runs it on
     attention-only targets), or without a profile or GPU ceilings. ``bound_at(rows)`` replaces
     the setting's own two_stage_bound."""
     from specpilot.search.catalog import setting_features
@@ -117,13 +117,13 @@ def two_stage_table(setting, concurrency: int | None = None,
         bound_at = _two_stage_bound_at(setting)
     if bound_at is None:
         return ()
-    buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)})
+    buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
+                     - {1})
     table = []
     for rows in buckets:
         best = bound_at(rows)
-        if best["ratio"] <= 1.0:
-            if table:
-                break
+        if best["ratio"] <= 1.0:  # a table's entries hold for every larger bucket: start over
+            table = []
             continue
         entry = (rows, best["two_stage_width"], best["two_stage_prefix"])
         if not table or table[-1][1:] != entry[1:]:

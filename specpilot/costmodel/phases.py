@@ -21,6 +21,7 @@ copies through a temporary, twice the bytes).
 import dataclasses
 import functools
 import json
+import math
 
 import torch
 
@@ -187,12 +188,31 @@ def two_stage_verify_ms(target_config: dict, drafter_config: dict, gpu: Gpu, blo
     for prefix in range(1, width):
         passed = sum(accept_probs[prefix:])  # P(at least ``prefix`` drafts accepted)
         stage1 = verify_cost(target, drafter, gpu, num_requests, prefix, context, rollback)
-        stage2 = verify_cost(target, drafter, gpu, num_requests * passed, width - prefix,
-                             context, rollback, state_requests=num_requests)
-        by_prefix[prefix] = stage1.floor_ms + stage2.floor_ms
+        runs, rows = padded_passing(num_requests, passed)
+        stage2 = verify_cost(target, drafter, gpu, rows, width - prefix, context, rollback,
+                             state_requests=num_requests) if runs else None
+        by_prefix[prefix] = stage1.floor_ms + (runs * stage2.floor_ms if runs else 0.0)
     best = min(by_prefix, key=by_prefix.get)
     return {"one_stage_ms": one, "by_prefix": by_prefix, "best_prefix": best,
             "best_ms": by_prefix[best], "speedup": one / by_prefix[best]}
+
+
+def padded_passing(num_requests: int, passed: float) -> tuple[float, float]:
+    """``(P(some request passes), E[rows | some pass])`` for a second stage over the requests that
+    pass (each with probability ``passed``, independently) padded, as the batched engine's CUDA
+    graphs are, to a power of two (at most ``num_requests``)."""
+    n = max(int(num_requests), 1)
+    if passed <= 0.0:
+        return 0.0, 0.0
+    if passed >= 1.0:
+        return 1.0, float(n)
+    runs = rows = 0.0
+    for k in range(1, n + 1):  # the binomial pmf in log space (large batches)
+        p_k = math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                       + k * math.log(passed) + (n - k) * math.log1p(-passed))
+        runs += p_k
+        rows += p_k * min(1 << (k - 1).bit_length(), n)
+    return runs, (rows / runs if runs > 0 else 0.0)
 
 
 def two_stage_bound(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,

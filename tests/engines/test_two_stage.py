@@ -108,14 +108,21 @@ def test_two_stage_replayed_counts_are_one_verify_of_the_window():
     params = SamplingParams(max_new_tokens=20, ignore_eos=True)
     refs = [models.engine(AR).generate(p, params).tokens for p in prompts]
     for drawn, window, first in ((5, 7, 6), (5, 5, 5), (1, 7, 2)):
-        engine = models.engine(STOCK.replace(name="two-stage", two_stage=((2, window, 3),)))
-        batch = BatchEngine(engine, 4, pad_to_buckets=True)
-        requests = _requests(prompts, [20] * 4)
-        for req, ref in zip(requests, refs):
-            req.replay = ReplayPlan(ref, AcceptanceProfile.fixed(drawn, 16), tiny.VOCAB_SIZE)
-        run_requests(batch, requests)
-        assert [r.tokens for r in requests] == refs
-        assert all(r.accept_lengths[0] == first for r in requests), (drawn, window)
+        runs = {}
+        for name, recipe in (("two", STOCK.replace(name="two", two_stage=((2, window, 3),))),
+                             ("one", STOCK.replace(name="one", verify_widths=((2, window),)))):
+            batch = BatchEngine(models.engine(recipe), 4, pad_to_buckets=True)
+            requests = _requests(prompts, [20] * 4)
+            for req, ref in zip(requests, refs):
+                req.replay = ReplayPlan(ref, AcceptanceProfile.fixed(drawn, 16), tiny.VOCAB_SIZE)
+            run_requests(batch, requests)
+            assert [r.tokens for r in requests] == refs
+            runs[name] = requests
+        assert all(r.accept_lengths[0] == first for r in runs["two"]), (drawn, window)
+        # the same steps as one verify of the window, and the target's own agreement counted alike
+        for two, one in zip(runs["two"], runs["one"]):
+            assert two.accept_lengths == one.accept_lengths
+            assert two.replay.agreed == one.replay.agreed
 
 
 def test_two_stage_is_refused_for_hybrid_targets_and_bad_tables():

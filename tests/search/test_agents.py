@@ -74,14 +74,14 @@ def test_two_stage_table_and_its_measured_recipe():
     """Muse-Glimmer-30B + DFlash2 on an H200: the cost model bounds two-stage verification above
     the best single-stage width from 64 requests on (not at 32; a hybrid target never). Measured
     there it lost (0.84x), so the catalog does not offer it; the setting's recipe re-measures the
-    cost model's table."""
+    table that was measured."""
     c64 = load_setting("h200_c64_muse-glimmer-30b_dflash2")
     table = two_stage_table(c64)
     assert table and table[0][0] == 64 and 1 <= table[0][2] < table[0][1] <= 16
     assert two_stage_table(load_setting("h200_c32_muse-glimmer-30b_dflash2")) == ()
     assert two_stage_table(load_setting("h200_c32_qwen38-27b_dflash2")) == ()
-    recipe = recipe_for(c64, "occupancy-two-stage")
-    assert recipe.two_stage == table and recipe.stages_for(64, 16) == table[0][1:]
+    recipe = recipe_for(c64, "occupancy-two-stage")  # the table measured (the first bound's)
+    assert recipe.two_stage == ((64, 8, 3),) and recipe.stages_for(64, 16) == (8, 3)
     assert recipe.verify_widths == occupancy_widths(c64)
     assert "two-stage-verify" not in {m.name for m in load_catalog()}
     # a table that pays from some bucket on, listed where the best window or prefix changes
@@ -90,6 +90,10 @@ def test_two_stage_table_and_its_measured_recipe():
         "ratio": bounds[rows][0], "two_stage_width": bounds[rows][1],
         "two_stage_prefix": bounds[rows][2]})
     assert fake == ((4, 8, 3), (16, 6, 2))
+    bounds[8] = (0.95, 8, 3)  # an entry holds for every larger bucket: only the paying suffix
+    assert two_stage_table(load_setting("h200_c32_muse-glimmer-30b_dflash2"), 16, lambda rows: {
+        "ratio": bounds[rows][0], "two_stage_width": bounds[rows][1],
+        "two_stage_prefix": bounds[rows][2]}) == ((16, 6, 2),)
 
 
 def test_catalog_agent_respects_requirements_and_ranks_by_gap():

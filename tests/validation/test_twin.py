@@ -201,7 +201,8 @@ def test_a_cut_that_would_shift_a_derived_layer_pattern_is_refused():
                                   "h200_c1_muse-glimmer-30b_dflash2",
                                   "h200_c1_muse-glimmer-30b_dspark",
                                   "h200_c32_qwen38-27b_dflash2",
-                                  "h200_c32_muse-glimmer-30b_dflash2"])
+                                  "h200_c32_muse-glimmer-30b_dflash2",
+                                  "h200_c64_muse-glimmer-30b_dflash2"])
 def test_every_h200_seed_setting_has_a_twin_its_drafter_fits(name):
     """The seed settings name an 8-layer float32 twin, and their drafters (DSpark: 8 taps) fit it
     (built on the meta device: shapes only)."""
