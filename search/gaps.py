@@ -132,18 +132,9 @@ def two_stage_table(setting, concurrency: int | None = None,
 
 
 def _two_stage_bound_at(setting):
-    from specpilot.bench.workload import load_profile
-    from specpilot.costmodel.phases import _meta_model
     from specpilot.costmodel.phases import two_stage_bound
-    from specpilot.search.catalog import model_configs
 
-    gpu, profile = GPUS.get(setting.gpu), setting.scenario.acceptance_profile
-    if gpu is None or setting.drafter is None or not profile:
-        return None
-    target, drafter = model_configs(setting)
-    block = _meta_model(drafter).block_size
-    probs = load_profile(profile, block, setting.directory).probs
-    return lambda rows: two_stage_bound(target, drafter, gpu, block, rows, probs)
+    return _bound_at(setting, two_stage_bound)
 
 
 def width_bounds(setting) -> dict[int, float]:
@@ -158,9 +149,16 @@ def width_bounds_at(setting):
     """``rows -> {verify width: speedup bound}`` with ``rows`` requests decoded together
     (:func:`specpilot.costmodel.phases.bound_by_width`) at the setting's GPU and replayed
     acceptance profile, both read once; None without a profile or GPU ceilings."""
+    from specpilot.costmodel.phases import bound_by_width
+
+    return _bound_at(setting, bound_by_width)
+
+
+def _bound_at(setting, bound):
+    """``rows -> bound(target, drafter, gpu, block, rows, accept_probs)`` at the setting's GPU and
+    replayed acceptance profile (read once); None without a profile or GPU ceilings."""
     from specpilot.bench.workload import load_profile
     from specpilot.costmodel.phases import _meta_model
-    from specpilot.costmodel.phases import bound_by_width
     from specpilot.search.catalog import model_configs
 
     gpu, profile = GPUS.get(setting.gpu), setting.scenario.acceptance_profile
@@ -169,4 +167,4 @@ def width_bounds_at(setting):
     target, drafter = model_configs(setting)
     block = _meta_model(drafter).block_size
     probs = load_profile(profile, block, setting.directory).probs
-    return lambda rows: bound_by_width(target, drafter, gpu, block, rows, probs)
+    return lambda rows: bound(target, drafter, gpu, block, rows, probs)

@@ -125,21 +125,9 @@ class Recipe:
         self._check_two_stage()
 
     def _check_two_stage(self) -> None:
-        try:
-            triples = tuple((int(r), int(w), int(p)) for r, w, p in self.two_stage)
-            ok = all(type(v) is int for triple in self.two_stage for v in triple)
-        except (TypeError, ValueError):
-            ok = False
-        rows = [r for r, _, _ in triples] if ok else []
-        if (not ok or any(not 1 <= p < w <= 64 for _, w, p in triples) or any(r < 2 for r in rows)
-                or rows != sorted(set(rows))):
-            raise SpecPilotError(f"recipe {self.name!r}: two_stage must be (rows, window, prefix) "
-                                 "integer triples with rows >= 2 strictly increasing and "
-                                 f"1 <= prefix < window <= 64, got {self.two_stage!r}")
-        if triples and (not self.speculative or self.tree_verify):
-            raise SpecPilotError(f"recipe {self.name!r}: two_stage needs a speculative chain "
-                                 "recipe (no tree)")
-        object.__setattr__(self, "two_stage", triples)
+        self._check_table("two_stage", 3, lambda w, p: 1 <= p < w <= 64,
+                          "(rows, window, prefix) integer triples with rows >= 2 strictly "
+                          "increasing and 1 <= prefix < window <= 64")
 
     def stages_for(self, rows: int, block_size: int) -> tuple[int, int | None]:
         """``(window, prefix)`` of a batched step over ``rows`` rows: the positions per request it
@@ -153,22 +141,27 @@ class Recipe:
         return window, prefix
 
     def _check_widths(self) -> None:
-        pairs = self.verify_widths
+        self._check_table("verify_widths", 2, lambda w: 2 <= w <= 64,
+                          "(rows, width) integer pairs with rows >= 2 strictly increasing and "
+                          "widths in 2..64")
+
+    def _check_table(self, field: str, arity: int, entry_ok, shape: str) -> None:
+        """A per-bucket table: ``arity``-tuples of ints, the first a row count >= 2 (strictly
+        increasing), the rest passing ``entry_ok``; only for a speculative chain recipe."""
+        value = getattr(self, field)
         try:
-            pairs = tuple((int(rows), int(width)) for rows, width in pairs)
-            ok = all(type(v) is int for pair in self.verify_widths for v in pair)
+            table = tuple(tuple(int(v) for v in entry) for entry in value)
+            ok = all(type(v) is int for entry in value for v in entry)
         except (TypeError, ValueError):
             ok = False
-        rows = [r for r, _ in pairs] if ok else []
-        if (not ok or any(not 2 <= w <= 64 for _, w in pairs) or any(r < 2 for r in rows)
-                or rows != sorted(set(rows))):
-            raise SpecPilotError(f"recipe {self.name!r}: verify_widths must be (rows, width) "
-                                 "integer pairs with rows >= 2 strictly increasing and widths in "
-                                 f"2..64, got {self.verify_widths!r}")
-        if pairs and (not self.speculative or self.tree_verify):
-            raise SpecPilotError(f"recipe {self.name!r}: verify_widths needs a speculative chain "
+        ok = ok and all(len(entry) == arity and entry_ok(*entry[1:]) for entry in table)
+        rows = [entry[0] for entry in table] if ok else []
+        if not ok or any(r < 2 for r in rows) or rows != sorted(set(rows)):
+            raise SpecPilotError(f"recipe {self.name!r}: {field} must be {shape}, got {value!r}")
+        if table and (not self.speculative or self.tree_verify):
+            raise SpecPilotError(f"recipe {self.name!r}: {field} needs a speculative chain "
                                  "recipe (no tree)")
-        object.__setattr__(self, "verify_widths", pairs)
+        object.__setattr__(self, field, table)
 
     def width_for(self, rows: int, block_size: int) -> int:
         """Positions per request a batched step over ``rows`` rows verifies."""
