@@ -23,6 +23,14 @@ engine is built (the batch is empty then, so capture disturbs nothing): the draf
 windows -> drafts) and the rest (verify, greedy acceptance with the replayed rows' forced counts,
 the stop/budget clip, the commit -> the table the host reads). Between them the host may overwrite
 replayed rows' drafts. Requests that sample run the same parts eagerly.
+
+Two-stage verification (the recipe's ``two_stage`` for a bucket) splits the rest in two: the first
+stage verifies a prefix of every row's window and marks the rows whose drafts all passed through
+it; the host reads how many (a second read per step) and runs the second stage, captured per
+bucket of passing rows, on the rest of the window, with the linear layers on the passing rows'
+tokens alone (``row_subset``; attention runs on every row, and the others keep nothing, so their
+pending KV is dropped at the commit). Attention-only targets: a hybrid target's recurrent state
+has no keep-nothing commit.
 """
 
 import dataclasses
