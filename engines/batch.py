@@ -68,17 +68,25 @@ class Running:
     generator: torch.Generator | None = None
     finish_reason: str | None = None
     replay: ReplayPlan | None = None  # benchmark-only simulated acceptance (see ReplayPlan)
+    forcer: object | None = None
+    """Token forcing (``specpilot.validation``): sees what each step would keep (clipped to the
+    budget and the first stop) and may cut it and replace its last token, as in
+    ``Engine.generate``; forced requests run the step's parts eagerly, one host round trip each."""
 
 
 class BatchEngine:
     """Steps all running requests together; ``max_batch`` rows of ``max_len`` tokens each."""
 
     def __init__(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None = None,
-                 share_scratch: "BatchEngine | None" = None):
+                 share_scratch: "BatchEngine | None" = None, min_rows: int = 1):
         """``pad_to_buckets``: run each step on its bucket's rows (default: when graphs are on;
         tests turn it on eagerly to check that padding rows change nothing). ``share_scratch``:
         another batch engine that never steps while this one does (the other side of an
-        interleaved A/B), whose per-step scratch (the snapshot buffers) this one reuses."""
+        interleaved A/B), whose per-step scratch (the snapshot buffers) this one reuses.
+        ``min_rows`` (with padding): every step runs on at least this many rows' bucket, so that
+        a few requests go through the verify shape (widths, stages) of a fuller batch (token
+        forcing at a batch setting's occupancy)."""
+        self.min_rows = min_rows
         recipe = engine.recipe
         if recipe.verify_budget != "static" or recipe.draft_sampling != "greedy":
             raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
@@ -135,7 +143,8 @@ class BatchEngine:
         self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
         self._graphs: dict[int, tuple] = {}  # bucket -> (first part, second part)
         self._stage2_graphs: dict[tuple[int, int], object] = {}  # (bucket, passed bucket) -> graph
-        self._num_sampled = self._num_replayed = 0
+        self._num_sampled = self._num_replayed = self._num_forced = 0
+        self._step_kept: list[int] = []  # tokens forcing let each row keep so far this step
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
                          next((m for m in model.modules() if isinstance(m, Linear)), None))
                         for model in (engine.target, engine.drafter) if model is not None]
@@ -168,6 +177,7 @@ class BatchEngine:
     def _count(self, req: Running, sign: int) -> None:
         self._num_sampled += sign * (req.params.temperature > 0)
         self._num_replayed += sign * (req.replay is not None)
+        self._num_forced += sign * (req.forcer is not None)
 
     def _check(self, req: Running) -> None:
         """A request that can never fit a row raises ValueError (before anything is run)."""
@@ -193,6 +203,8 @@ class BatchEngine:
             req.generator = torch.Generator(device=e.device)
             req.generator.manual_seed(req.params.seed if req.params.seed is not None else 0)
         req.tokens = [int(e._pick(logits, req.params, req.generator)[0])]
+        if req.forcer is not None:  # the first token is forced too, as in Engine.generate
+            req.tokens = req.forcer.filter(0, req.tokens, None)
         req.committed = len(req.prompt_ids)
         self._maybe_finish(req)
         remaining = 0 if req.finish_reason else req.params.max_new_tokens - len(req.tokens)
@@ -301,8 +313,10 @@ class BatchEngine:
             return []
         self._apply_recipe()
         n = len(self.running)
-        size = next(b for b in self.buckets if b >= n) if self.pad else n
-        graphs = self._graphs.get(size) if not self._num_sampled else None
+        size = next((b for b in self.buckets if b >= max(n, self.min_rows)), self.max_batch) \
+            if self.pad else n
+        graphs = self._graphs.get(size) if not (self._num_sampled or self._num_forced) else None
+        self._step_kept = [0] * n
         if self.engine.drafter is None:
             table = graphs[0]() if graphs else self._decode(size)
         else:
@@ -331,11 +345,31 @@ class BatchEngine:
     def _finish(self, size: int, proposed, num_proposed, agreed, active=None) -> torch.Tensor:
         """Clip, advance and commit rows ``0 .. size-1`` (those ``active`` [size] leaves out keep
         nothing); the table [size, 2 + W] the host reads."""
+        if self._num_forced:
+            proposed, num_proposed = self._force(proposed, num_proposed, active)
         kept = self.rows.keep(proposed, num_proposed, active)
         cache, draft = self._rows(size)
         if draft is not None:  # a finished row (kept 0) commits its pending row again: any count
             self.engine._commit_fn(cache, draft, kept.clamp(min=1), self.rows.committed[:size])
         return torch.cat([kept[:, None], agreed[:, None], proposed], 1)
+
+    def _force(self, proposed: torch.Tensor, num_proposed: torch.Tensor, active):
+        """Each forced row's proposal, clipped as :meth:`RowState.keep` will clip it (budget,
+        first stop), through its forcer, which may cut it and replace its last token (the new
+        pending token, not yet in the cache, so the commit of that many rows stays exact)."""
+        table, counts = proposed.tolist(), num_proposed.tolist()
+        remaining = self.rows.remaining[:len(table)].tolist()
+        live = active.tolist() if active is not None else [True] * len(table)
+        for i, r in enumerate(self.running):
+            if r.forcer is None or not live[i] or remaining[i] <= 0:
+                continue
+            clipped = Engine._clip(table[i][:counts[i]], r.stops, remaining[i])
+            kept = r.forcer.filter(len(r.tokens) + self._step_kept[i], clipped, None)
+            self._step_kept[i] += len(kept)
+            table[i][:len(kept)], counts[i] = kept, len(kept)
+        device = proposed.device
+        return (torch.tensor(table, dtype=proposed.dtype).to(device),
+                torch.tensor(counts, dtype=num_proposed.dtype).to(device))
 
     def _decode(self, size: int) -> torch.Tensor:
         """AR: one target forward of every row's pending token (proposed [size, 1])."""

@@ -245,7 +245,8 @@ def token_force(models, recipe, budget: dict) -> dict:
                                  epsilon=budget["epsilon"],
                                  max_mismatch_rate=budget["max_mismatch_rate"],
                                  num_canaries=budget["num_canaries"], seed=budget["seed"],
-                                 name=recipe.name).to_dict()
+                                 name=recipe.name,
+                                 concurrency=models.setting.scenario.concurrency).to_dict()
     report["mismatches"] = report["mismatches"][:20]
     device = "cuda" if models.setting.engine.device.startswith("cuda") else "cpu"
     return {"report": report, "budget": budget, "fingerprint": current(device).to_dict(),

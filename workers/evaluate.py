@@ -156,7 +156,8 @@ def candidate(job: dict) -> dict:
         report = validate_engine(twin.engine(AR), forced, prompts, params, epsilon=val.epsilon,
                                  max_mismatch_rate=val.max_mismatch_rate,
                                  num_canaries=val.num_canaries, seed=job.get("seed", 0),
-                                 name=job.get("name", "candidate"))
+                                 name=job.get("name", "candidate"),
+                                 concurrency=setting.scenario.concurrency)
     validation = {k: v for k, v in report.to_dict().items() if k != "mismatches"}
     validation["mismatches"] = report.mismatches[:20]
     out = {"valid": report.passed, "validation": validation,

@@ -64,7 +64,8 @@ def run(args: Args) -> int:
         report = validate_engine(models.engine(AR), build_engine(models, args.engine), prompts,
                                  params, epsilon=val.epsilon,
                                  max_mismatch_rate=val.max_mismatch_rate,
-                                 num_canaries=val.num_canaries, seed=args.seed, name=args.engine)
+                                 num_canaries=val.num_canaries, seed=args.seed, name=args.engine,
+                                 concurrency=setting.scenario.concurrency)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_dict(), f, indent=2)
@@ -73,7 +74,8 @@ def run(args: Args) -> int:
     verdict = "PASS" if report.passed else "FAIL"
     print(f"{verdict} {args.setting} --engine {args.engine}: {report.num_prompts} prompts, "
           f"{report.num_tokens} tokens, {report.num_mismatches} mismatches "
-          f"(max gap {report.max_mismatch_gap:.3g}), tau {report.tau:.2f}")
+          f"(max gap {report.max_mismatch_gap:.3g}), tau {report.tau:.2f}"
+          + (f", decoded {report.concurrency} at a time" if report.concurrency > 1 else ""))
     if report.num_mismatches and report.num_explained_by_shape is not None:
         print(f"  {report.num_explained_by_shape} of {report.num_mismatches} mismatch(es) made by "
               "the candidate's own forward decoding one token a step too: the verify's batch "

@@ -124,6 +124,7 @@ class Report:
     engine: str = ""
     tau: float = 0.0
     num_explained_by_shape: int | None = None  # diagnostic only: the verdict does not read it
+    concurrency: int = 1  # requests the candidate decoded together (the batch bucket it ran)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -139,23 +140,36 @@ def reference_run(engine, prompt_ids: list[int], params, canary_positions: set[i
 def validate_engine(reference_engine, candidate, prompts: list[list[int]], params,
                     epsilon: float = 1e-4, max_mismatch_rate: float = 0.001,
                     num_canaries: int = 1, seed: int = 0, name: str = "",
-                    probe_shape: bool = True) -> Report:
+                    probe_shape: bool = True, concurrency: int = 1) -> Report:
     """Token-force ``candidate`` against ``reference_engine`` (the AR engine) on tokenised prompts.
 
-    ``probe_shape``: for each prompt with mismatches, run the candidate once more with the
+    ``concurrency`` > 1 (a batch setting): a recipe's engine decodes every prompt together through
+    the batched engine, each request with its own forcer, every step on the bucket of
+    ``concurrency`` rows, so the verify shapes that setting runs (widths and stages by occupancy,
+    batched prefill) are the ones forced. A subclass of the engine (the deliberately broken ones,
+    which break its single-request loop) and a recipe the batched engine refuses are forced one
+    request at a time.
+
+    ``probe_shape``: for each prompt with mismatches, run the candidate once more (alone) with the
     reference's tokens committed one per step (:class:`_ShapeProbe`) and mark each mismatch
     ``explained_by_shape`` when that run chose the candidate's token too. A diagnostic for bf16
     near-ties (the verify's batched forward rounds differently from the AR step's); the verdict
     below does not read it."""
     rng = random.Random(seed)
-    mismatches, failures = [], []
-    num_tokens, accept = 0, []
-    for i, prompt_ids in enumerate(prompts):
+    refs = []
+    for prompt_ids in prompts:
         canaries = {rng.randrange(1, params.max_new_tokens - 1) for _ in range(num_canaries)} \
             if params.max_new_tokens > 2 else set()
-        ref = reference_run(reference_engine, prompt_ids, params, canaries)
-        forcer = _Forcer(i, ref)
-        result = candidate.generate(prompt_ids, params, forcer=forcer)
+        refs.append(reference_run(reference_engine, prompt_ids, params, canaries))
+    forcers = [_Forcer(i, ref) for i, ref in enumerate(refs)]
+    batch = _batch_engine(candidate, concurrency)
+    if batch is not None:
+        results = _run_batched(batch, prompts, params, forcers)
+    else:
+        results = [candidate.generate(p, params, forcer=f) for p, f in zip(prompts, forcers)]
+    mismatches, failures = [], []
+    num_tokens, accept = 0, []
+    for i, (prompt_ids, ref, forcer, result) in enumerate(zip(prompts, refs, forcers, results)):
         num_tokens += len(ref.tokens)
         if probe_shape and forcer.mismatches:
             _probe_shape(candidate, prompt_ids, params, ref, forcer.mismatches)
@@ -184,7 +198,36 @@ def validate_engine(reference_engine, candidate, prompts: list[list[int]], param
         epsilon=epsilon, max_mismatch_rate=max_mismatch_rate, engine=name,
         tau=sum(accept) / len(accept) if accept else 0.0,
         num_explained_by_shape=sum(bool(m.explained_by_shape) for m in mismatches)
-        if probe_shape else None)
+        if probe_shape else None, concurrency=batch.min_rows if batch is not None else 1)
+
+
+def _batch_engine(candidate, concurrency: int):
+    """The batched engine that forces ``candidate`` at ``concurrency`` requests, or None (one
+    request at a time: no batch, a subclassed engine, a recipe that does not batch)."""
+    from specpilot.engines.batch import BatchEngine
+    from specpilot.engines.engine import Engine
+
+    if concurrency <= 1 or type(candidate) is not Engine:
+        return None
+    try:
+        return BatchEngine(candidate, concurrency, pad_to_buckets=True, min_rows=concurrency)
+    except ValueError:  # e.g. tree verification, a confidence budget: single-request recipes
+        return None
+
+
+def _run_batched(batch, prompts: list[list[int]], params, forcers: list) -> list:
+    """Every prompt through ``batch`` with continuous batching, each with its forcer; the finished
+    requests (tokens, finish reason, accept lengths), in prompt order."""
+    from specpilot.engines.batch import Running
+    from specpilot.engines.batch import run_requests
+
+    stops = set(params.stop_token_ids)
+    if not params.ignore_eos:
+        stops.update(batch.engine.target.eos_token_ids)
+    requests = [Running(str(i), list(p), params, set(stops), forcer=f)
+                for i, (p, f) in enumerate(zip(prompts, forcers))]
+    run_requests(batch, requests)
+    return requests
 
 
 def _probe_shape(candidate, prompt_ids, params, reference: Reference,

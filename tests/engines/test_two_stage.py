@@ -153,3 +153,17 @@ def test_row_subset_multiplies_only_the_listed_rows():
     flat_full, flat_part = full.reshape(6, 4), part.reshape(6, 4)
     assert torch.equal(flat_part[[1, 4]], flat_full[[1, 4]])
     assert torch.equal(flat_part[[0, 2, 3, 5]], torch.zeros(4, 4))
+
+
+def test_token_forcing_at_a_batch_setting_runs_the_two_stages():
+    """The gate forces a two-stage recipe through the batched engine at the setting's bucket, so
+    the stages it would run in a batch are the ones checked (replayed drafts are not involved)."""
+    from specpilot.validation import validate_engine
+
+    models = load_models(load_setting("cpu_c1_tiny-muse"))
+    prompts = [models.tokenizer.encode(t).ids[:16] for t in load_prompts("gsm8k", 5)]
+    engine = models.engine(STOCK.replace(name="two-stage", two_stage=((4, 8, 3),)))
+    report = validate_engine(models.engine(AR), engine, prompts,
+                             SamplingParams(max_new_tokens=20), concurrency=4)
+    assert report.passed, report.failures
+    assert report.concurrency == 4 and report.num_tokens == 5 * 20

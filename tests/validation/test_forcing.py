@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from specpilot import cli
 from specpilot.engines.engine import SamplingParams
@@ -111,3 +112,49 @@ def test_cli_validate_dtype_override_runs_both_engines_in_that_dtype(tmp_path, c
         cli.main(["validate", "cpu_c1_tiny", "--dtype", "int8"])
     assert err.value.code == 2
     assert "--dtype must be float32, bfloat16 or float16" in capsys.readouterr().err
+
+
+def test_a_batch_setting_is_forced_through_the_batched_engine():
+    """At a batch setting every prompt decodes together, each step on the setting's bucket (its
+    verify widths by occupancy, batched prefill), with the forcer on each request: a recipe that
+    is right passes, and one whose batched verify accepts every draft (a plain engine, so it runs
+    batched) is caught, its outputs still whole."""
+    from specpilot.build import load_models
+    from specpilot.datasets import load_prompts
+    from specpilot.settings import load_setting
+
+    models = load_models(load_setting("cpu_c4_tiny"))
+    prompts = [models.tokenizer.encode(t).ids[:20 + 4 * i]
+               for i, t in enumerate(load_prompts("gsm8k", 6))]
+    params = SamplingParams(max_new_tokens=24)
+    recipe = STOCK.replace(name="batch", verify_widths=((4, 3),), batched_prefill=True)
+    good = validate_engine(models.engine(AR), models.engine(recipe), prompts, params,
+                           concurrency=4)
+    assert good.passed, good.failures
+    assert good.concurrency == 4 and good.num_tokens == 6 * 24 and good.tau > 1.0
+    wrong = models.engine(recipe)
+    verify_fn = wrong._verify_fn
+
+    def accept_all(cache, draft_cache, verify_ids, positions):
+        logits, _, _ = verify_fn(cache, draft_cache, verify_ids, positions)
+        drafts = verify_ids.shape[1] - 1
+        return (logits, torch.full((verify_ids.shape[0],), drafts, dtype=torch.long),
+                logits[:, -1].argmax(dim=-1))
+
+    wrong._verify_fn = accept_all
+    bad = validate_engine(models.engine(AR), wrong, prompts, params, concurrency=4,
+                          probe_shape=False)
+    assert not bad.passed and bad.num_mismatches > 0 and bad.concurrency == 4
+    assert not any("length" in f or "did not see" in f for f in bad.failures)
+    # the deliberately broken engines subclass the engine: forced one request at a time
+    broken = BROKEN_ENGINES["accept-all-drafts"](models.target, models.drafter, STOCK)
+    alone = validate_engine(models.engine(AR), broken, prompts[:2], params, concurrency=4)
+    assert not alone.passed and alone.concurrency == 1
+
+
+def test_cli_validate_at_a_batch_setting_says_so(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert cli.main(["validate", "cpu_c4_tiny", "--engine", "stock", "--num-prompts", "5",
+                     "--max-new-tokens", "16", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["concurrency"] == 4
+    assert "decoded 4 at a time" in capsys.readouterr().out
