@@ -78,15 +78,17 @@ class BatchEngine:
     """Steps all running requests together; ``max_batch`` rows of ``max_len`` tokens each."""
 
     def __init__(self, engine: Engine, max_batch: int, pad_to_buckets: bool | None = None,
-                 share_scratch: "BatchEngine | None" = None, min_rows: int = 1):
+                 share_scratch: "BatchEngine | None" = None, min_rows: int = 1,
+                 capture: bool = True):
         """``pad_to_buckets``: run each step on its bucket's rows (default: when graphs are on;
         tests turn it on eagerly to check that padding rows change nothing). ``share_scratch``:
         another batch engine that never steps while this one does (the other side of an
         interleaved A/B), whose per-step scratch (the snapshot buffers) this one reuses.
         ``min_rows`` (with padding): every step runs on at least this many rows' bucket, so that
         a few requests go through the verify shape (widths, stages) of a fuller batch (token
-        forcing at a batch setting's occupancy)."""
-        self.min_rows = min_rows
+        forcing at a batch setting's occupancy). ``capture=False``: no CUDA graphs even if the
+        engine uses them (token forcing steps eagerly anyway)."""
+        self.min_rows, self._capture_graphs = min_rows, capture
         recipe = engine.recipe
         if recipe.verify_budget != "static" or recipe.draft_sampling != "greedy":
             raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
@@ -148,7 +150,7 @@ class BatchEngine:
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
                          next((m for m in model.modules() if isinstance(m, Linear)), None))
                         for model in (engine.target, engine.drafter) if model is not None]
-        if use_graphs:
+        if use_graphs and self._capture_graphs:
             self._capture()
 
     @property

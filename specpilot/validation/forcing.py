@@ -210,7 +210,8 @@ def _batch_engine(candidate, concurrency: int):
     if concurrency <= 1 or type(candidate) is not Engine:
         return None
     try:
-        return BatchEngine(candidate, concurrency, pad_to_buckets=True, min_rows=concurrency)
+        return BatchEngine(candidate, concurrency, pad_to_buckets=True, min_rows=concurrency,
+                           capture=False)  # forced steps run eagerly
     except ValueError:  # e.g. tree verification, a confidence budget: single-request recipes
         return None
 
