@@ -71,7 +71,8 @@ class Running:
     forcer: object | None = None
     """Token forcing (``specpilot.validation``): sees what each step would keep (clipped to the
     budget and the first stop) and may cut it and replace its last token, as in
-    ``Engine.generate``; forced requests run the step's parts eagerly, one host round trip each."""
+    ``Engine.generate`` (but without the logits); forced requests run the step's parts eagerly,
+    with a host round trip per verify stage."""
 
 
 class BatchEngine:
@@ -421,7 +422,10 @@ class BatchEngine:
         next_draft = self._drafts[:size, prefix - 1]
         passed = torch.where(force >= 0, force >= prefix,
                              (num_accepted == prefix - 1) & (bonus == next_draft))
-        self._passed[:size] = passed & (table[:, 0] == prefix) & (self.rows.remaining[:size] > 0)
+        # kept whole (no stop, budget or token forcing cut it), its last token draft ``prefix``
+        # (a forcer may substitute it)
+        whole = (table[:, 0] == prefix) & (table[:, 1 + prefix] == next_draft)
+        self._passed[:size] = passed & whole & (self.rows.remaining[:size] > 0)
         # the target's own agreement runs on into the second stage (replay bookkeeping)
         self._agrees_through[:size] = (table[:, 1] == prefix - 1) & (target_bonus == next_draft)
         return table

@@ -75,7 +75,7 @@ def run(args: Args) -> int:
     print(f"{verdict} {args.setting} --engine {args.engine}: {report.num_prompts} prompts, "
           f"{report.num_tokens} tokens, {report.num_mismatches} mismatches "
           f"(max gap {report.max_mismatch_gap:.3g}), tau {report.tau:.2f}"
-          + (f", decoded {report.concurrency} at a time" if report.concurrency > 1 else ""))
+          + (f", batched on buckets {report.buckets}" if report.buckets else ""))
     if report.num_mismatches and report.num_explained_by_shape is not None:
         print(f"  {report.num_explained_by_shape} of {report.num_mismatches} mismatch(es) made by "
               "the candidate's own forward decoding one token a step too: the verify's batch "

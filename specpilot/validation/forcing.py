@@ -124,7 +124,8 @@ class Report:
     engine: str = ""
     tau: float = 0.0
     num_explained_by_shape: int | None = None  # diagnostic only: the verdict does not read it
-    concurrency: int = 1  # requests the candidate decoded together (the batch bucket it ran)
+    concurrency: int = 1  # the largest batch bucket the candidate was forced on (1: alone)
+    buckets: list[int] = dataclasses.field(default_factory=list)  # every bucket forced, batched
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -143,12 +144,12 @@ def validate_engine(reference_engine, candidate, prompts: list[list[int]], param
                     probe_shape: bool = True, concurrency: int = 1) -> Report:
     """Token-force ``candidate`` against ``reference_engine`` (the AR engine) on tokenised prompts.
 
-    ``concurrency`` > 1 (a batch setting): a recipe's engine decodes every prompt together through
-    the batched engine, each request with its own forcer, every step on the bucket of
-    ``concurrency`` rows, so the verify shapes that setting runs (widths and stages by occupancy,
-    batched prefill) are the ones forced. A subclass of the engine (the deliberately broken ones,
-    which break its single-request loop) and a recipe the batched engine refuses are forced one
-    request at a time.
+    ``concurrency`` > 1 (a batch setting): a recipe's engine decodes the prompts together through
+    the batched engine, each request with its own forcer, in one pass per distinct verify shape of
+    the setting's buckets (:func:`_run_batched`), so the shapes its batches run (widths and stages
+    by occupancy, batched prefill) are the ones forced. A subclass of the engine (the deliberately
+    broken ones, which break its single-request loop) and a recipe the batched engine refuses are
+    forced one request at a time.
 
     ``probe_shape``: for each prompt with mismatches, run the candidate once more (alone) with the
     reference's tokens committed one per step (:class:`_ShapeProbe`) and mark each mismatch
@@ -162,10 +163,8 @@ def validate_engine(reference_engine, candidate, prompts: list[list[int]], param
             if params.max_new_tokens > 2 else set()
         refs.append(reference_run(reference_engine, prompt_ids, params, canaries))
     forcers = [_Forcer(i, ref) for i, ref in enumerate(refs)]
-    batch = _batch_engine(candidate, concurrency)
-    if batch is not None:
-        results = _run_batched(batch, prompts, params, forcers)
-    else:
+    results, buckets = _run_batched(candidate, concurrency, prompts, params, forcers)
+    if results is None:
         results = [candidate.generate(p, params, forcer=f) for p, f in zip(prompts, forcers)]
     mismatches, failures = [], []
     num_tokens, accept = 0, []
@@ -198,37 +197,55 @@ def validate_engine(reference_engine, candidate, prompts: list[list[int]], param
         epsilon=epsilon, max_mismatch_rate=max_mismatch_rate, engine=name,
         tau=sum(accept) / len(accept) if accept else 0.0,
         num_explained_by_shape=sum(bool(m.explained_by_shape) for m in mismatches)
-        if probe_shape else None, concurrency=batch.min_rows if batch is not None else 1)
+        if probe_shape else None, concurrency=max(buckets, default=1), buckets=buckets)
 
 
-def _batch_engine(candidate, concurrency: int):
-    """The batched engine that forces ``candidate`` at ``concurrency`` requests, or None (one
-    request at a time: no batch, a subclassed engine, a recipe that does not batch)."""
+def _run_batched(candidate, concurrency: int, prompts: list[list[int]], params,
+                 forcers: list) -> tuple[list | None, list[int]]:
+    """The prompts through the batched engine with continuous batching, each with its forcer: the
+    finished requests in prompt order (tokens, finish reason, accept lengths) and the buckets
+    forced; ``(None, [])`` when ``candidate`` is forced one request at a time instead (no batch,
+    a subclassed engine, a recipe or a batch the batched engine refuses).
+
+    A batch step's verify shape depends on its bucket (``Recipe.stages_for``: widths and stages by
+    occupancy), so the prompts are split among one pass per distinct shape, each pass stepping on
+    the largest bucket with that shape (``min_rows``), and every shape the setting's batches run
+    is forced on some prompts."""
     from specpilot.engines.batch import BatchEngine
+    from specpilot.engines.batch import Running
+    from specpilot.engines.batch import release_memory
+    from specpilot.engines.batch import run_requests
     from specpilot.engines.engine import Engine
+    from specpilot.errors import SpecPilotError
 
     if concurrency <= 1 or type(candidate) is not Engine:
-        return None
-    try:
-        return BatchEngine(candidate, concurrency, pad_to_buckets=True, min_rows=concurrency,
-                           capture=False)  # forced steps run eagerly
-    except ValueError:  # e.g. tree verification, a confidence budget: single-request recipes
-        return None
-
-
-def _run_batched(batch, prompts: list[list[int]], params, forcers: list) -> list:
-    """Every prompt through ``batch`` with continuous batching, each with its forcer; the finished
-    requests (tokens, finish reason, accept lengths), in prompt order."""
-    from specpilot.engines.batch import Running
-    from specpilot.engines.batch import run_requests
-
+        return None, []
     stops = set(params.stop_token_ids)
     if not params.ignore_eos:
-        stops.update(batch.engine.target.eos_token_ids)
+        stops.update(candidate.target.eos_token_ids)
+    passes = _forcing_buckets(candidate, concurrency)[:len(prompts)]
     requests = [Running(str(i), list(p), params, set(stops), forcer=f)
                 for i, (p, f) in enumerate(zip(prompts, forcers))]
-    run_requests(batch, requests)
-    return requests
+    for k, rows in enumerate(passes):
+        try:
+            batch = BatchEngine(candidate, concurrency, pad_to_buckets=True, min_rows=rows,
+                                capture=False)  # forced steps run eagerly
+        except (ValueError, SpecPilotError):  # tree, confidence budget, out of memory
+            if k:  # every pass builds the same engine: this one ran out of memory only now
+                raise
+            return None, []
+        run_requests(batch, requests[k::len(passes)])
+        del batch
+        release_memory(candidate.device)  # before anything captures graphs on this device
+    return requests, passes
+
+
+def _forcing_buckets(candidate, concurrency: int) -> list[int]:
+    """The largest batch bucket of each distinct verify shape up to ``concurrency``, largest first."""
+    recipe, block = candidate.recipe, candidate.block_size
+    buckets = sorted({min(1 << i, concurrency) for i in range(concurrency.bit_length() + 1)})
+    largest = {recipe.stages_for(b, block): b for b in buckets}
+    return sorted(largest.values(), reverse=True)
 
 
 def _probe_shape(candidate, prompt_ids, params, reference: Reference,

@@ -115,9 +115,9 @@ def test_cli_validate_dtype_override_runs_both_engines_in_that_dtype(tmp_path, c
 
 
 def test_a_batch_setting_is_forced_through_the_batched_engine():
-    """At a batch setting every prompt decodes together, each step on the setting's bucket (its
-    verify widths by occupancy, batched prefill), with the forcer on each request: a recipe that
-    is right passes, and one whose batched verify accepts every draft (a plain engine, so it runs
+    """At a batch setting the prompts decode together, with the forcer on each request, in a pass
+    per distinct verify shape of the setting's buckets (here the 4-bucket's 3-wide verify and the
+    whole block below it; batched prefill): a recipe that is right passes, and one whose batched verify accepts every draft (a plain engine, so it runs
     batched) is caught, its outputs still whole."""
     from specpilot.build import load_models
     from specpilot.datasets import load_prompts
@@ -132,6 +132,7 @@ def test_a_batch_setting_is_forced_through_the_batched_engine():
                            concurrency=4)
     assert good.passed, good.failures
     assert good.concurrency == 4 and good.num_tokens == 6 * 24 and good.tau > 1.0
+    assert good.buckets == [4, 2]  # a pass per verify shape: 3 rows on the 4-bucket, 8 below it
     wrong = models.engine(recipe)
     verify_fn = wrong._verify_fn
 
@@ -157,4 +158,4 @@ def test_cli_validate_at_a_batch_setting_says_so(tmp_path, capsys):
     assert cli.main(["validate", "cpu_c4_tiny", "--engine", "stock", "--num-prompts", "5",
                      "--max-new-tokens", "16", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["concurrency"] == 4
-    assert "decoded 4 at a time" in capsys.readouterr().out
+    assert "batched on buckets [4]" in capsys.readouterr().out
