@@ -507,7 +507,8 @@ class BatchEngine:
                     CapturedStep(lambda s=size: self._verify(s, self._forced), {}, pool))
                 prefix = self._stages(size)[1]
                 if prefix is not None:  # the second stage, per bucket of rows that passed
-                    first = torch.zeros(size, 2 + prefix, dtype=torch.long, device=self._ones.device)
+                    first = torch.zeros(size, 2 + prefix, dtype=torch.long,
+                                        device=self._ones.device)
                     for rows in (b for b in self.buckets if b <= size):
                         self._stage2_graphs[(size, rows)] = CapturedStep(
                             lambda table1, s=size, r=rows: self._stage2(s, r, table1),
