@@ -451,8 +451,8 @@ class BatchEngine:
                        active: torch.Tensor | None = None, follows: bool = False):
         """Verify ``width`` positions of every row from draft ``offset`` on: ``[pending,
         d_(offset+1) .. d_(offset+width-1)]``; row i proposes ``[d .., bonus]``. Returns the table,
-        the accepted counts, the bonus tokens and the rows' forced counts at this offset (and with
-        ``follows``, a second stage coming, the target's own bonus tokens).
+        the accepted counts, the bonus tokens, the rows' forced counts at this offset and the
+        target's own bonus tokens (before any forced count).
 
         ``forced`` [max_batch]: a replayed row's drawn count (``Engine._replayed`` for all rows at
         once: its first min(k, W-1) drafts are kept, then the target's token there; with
@@ -488,9 +488,7 @@ class BatchEngine:
         proposed = torch.cat([drafts, bonus[:, None]], dim=1)
         proposed.scatter_(1, num_accepted[:, None], bonus[:, None])
         table = self._finish(size, proposed, num_accepted + 1, agreed, active)
-        if follows:
-            return table, num_accepted, bonus, force, target_bonus
-        return table, num_accepted, bonus, force
+        return table, num_accepted, bonus, force, target_bonus
 
     def _capture(self) -> None:
         """Both parts of the step as CUDA graphs, once per bucket (the batch is still empty)."""

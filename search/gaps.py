@@ -108,13 +108,13 @@ def two_stage_table(setting, concurrency: int | None = None,
     prefix changes; () where it never pays that way, for a hybrid target (the engine runs it on
     attention-only targets), or without a profile or GPU ceilings. ``bound_at(rows)`` replaces
     the setting's own two_stage_bound."""
+    from specpilot.costmodel.phases import two_stage_bound
     from specpilot.search.catalog import setting_features
 
+    if setting_features(setting)["hybrid"]:
+        return ()
     concurrency = concurrency or setting.scenario.concurrency
-    if bound_at is None:
-        if setting_features(setting)["hybrid"]:
-            return ()
-        bound_at = _two_stage_bound_at(setting)
+    bound_at = bound_at or _bound_at(setting, two_stage_bound)
     if bound_at is None:
         return ()
     buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
@@ -129,12 +129,6 @@ def two_stage_table(setting, concurrency: int | None = None,
         if not table or table[-1][1:] != entry[1:]:
             table.append(entry)
     return tuple(table)
-
-
-def _two_stage_bound_at(setting):
-    from specpilot.costmodel.phases import two_stage_bound
-
-    return _bound_at(setting, two_stage_bound)
 
 
 def width_bounds(setting) -> dict[int, float]:

@@ -138,12 +138,10 @@ def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: st
         print(f"  verify width by occupancy (recipe verify_widths, rows >= N -> width): "
               f"{widths or 'the whole block at every bucket'}")
         from specpilot.costmodel.phases import two_stage_bound
-        from specpilot.search.catalog import setting_features
         from specpilot.search.gaps import two_stage_table
 
-        stages = () if setting_features(setting)["hybrid"] else two_stage_table(
-            setting, args.concurrency, lambda rows: two_stage_bound(
-                target, drafter, gpu, block, rows, probs, args.context, args.rollback))
+        stages = two_stage_table(setting, args.concurrency, lambda rows: two_stage_bound(
+            target, drafter, gpu, block, rows, probs, args.context, args.rollback))
         print(f"  two-stage verify by occupancy (recipe two_stage, rows >= N -> window, prefix): "
               f"{stages or 'never above the best single-stage width'}")
 
