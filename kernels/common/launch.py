@@ -100,10 +100,39 @@ class SkinnyPlan:
     block_t: int | None  # None for the GEMV kernel (one program covers every row)
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamKPlan:
+    """A stream-K GEMV launch (:mod:`specpilot.kernels.common.streamk`): ``programs`` share
+    ``units = tiles * steps`` K steps of ``BLOCK_K``."""
+
+    cfg: dict
+    programs: int
+    steps: int
+    units: int
+    workspace: torch.Tensor  # fp32 [programs, 2, BLOCK_N]
+    locks: torch.Tensor
+
+
+def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamKPlan:
+    """Size the grid, workspace and counters of a stream-K GEMV over ``k_len`` K positions."""
+    from specpilot.kernels.common.streamk import streamk_programs
+
+    tiles = cdiv(n, cfg["BLOCK_N"])
+    steps = cdiv(max(k_len, 1), cfg["BLOCK_K"])
+    programs = streamk_programs(tiles * steps, num_sms(device), cfg["PROGRAMS_PER_SM"])
+    if cfg.get("_test_programs"):  # test-only: ranges that span tiles on a small shape
+        programs = min(tiles * steps, cfg["_test_programs"])
+    ws = torch.empty((programs, 2, cfg["BLOCK_N"]), dtype=torch.float32, device=device)
+    return StreamKPlan(cfg, programs, steps, tiles * steps, ws, lock_buffer(device, tiles))
+
+
 def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_len: int,
-                device: torch.device, space) -> SkinnyPlan:
-    """Resolve the config and size the split-K workspace, locks and grid of a skinny GEMM launch."""
+                device: torch.device, space) -> SkinnyPlan | StreamKPlan:
+    """Resolve the config and size the split-K workspace, locks and grid of a skinny GEMM launch
+    (a :class:`StreamKPlan` for a stream-K config)."""
     cfg = resolve_config(op, config, m, n, k, device, space)
+    if "PROGRAMS_PER_SM" in cfg:
+        return plan_streamk(cfg, n, k_split_len, device)
     k_per_split, splits = splitk_plan(k_split_len, cfg["SPLIT_K"], cfg["BLOCK_K"])
     grid_n = cdiv(n, cfg["BLOCK_N"])
     block_t = None if cfg["kernel"] == "gemv" else space.block_t(m)

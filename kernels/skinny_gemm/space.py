@@ -1,6 +1,8 @@
 """Tuning space of the skinny bf16 GEMM, as data (STYLE.md item 10).
 
-A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "dot": swap-AB tensor-core
+A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "gemv_sk": the same GEMV under
+a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps equally, ``PDL`` 1 for a
+programmatic dependent launch (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``num_warps``, ``num_stages``. BLOCK_T
 is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
@@ -9,6 +11,7 @@ environment.
 
 import itertools
 
+from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.common.launch import next_pow2
 
@@ -21,6 +24,14 @@ PARAMS = {
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
+    },
+    "gemv_sk": {
+        "BLOCK_N": [8, 16, 32],
+        "BLOCK_K": [128, 256, 512, 1024],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 7, 8, 12, 16],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3],
+        "PDL": [0, 1],
     },
     "dot": {
         "BLOCK_N": [32, 64, 128, 256],
@@ -57,9 +68,17 @@ SWEEP = [
     _config("dot", 64, 256, 1, 4, 3),
     _config("dot", 128, 128, 4, 4, 3),
     _config("dot", 128, 128, 2, 8, 3),
+    # Stream-K GEMVs (every program streams the same number of K steps; PDL: a programmatic
+    # dependent launch), about as many programs per SM as stay resident.
+    {"kernel": "gemv_sk", "BLOCK_N": 8, "BLOCK_K": 512, "PROGRAMS_PER_SM": 6, "num_warps": 4,
+     "num_stages": 1, "PDL": 0},
+    {"kernel": "gemv_sk", "BLOCK_N": 16, "BLOCK_K": 256, "PROGRAMS_PER_SM": 6, "num_warps": 4,
+     "num_stages": 1, "PDL": 0},
+    {"kernel": "gemv_sk", "BLOCK_N": 8, "BLOCK_K": 512, "PROGRAMS_PER_SM": 6, "num_warps": 4,
+     "num_stages": 1, "PDL": 1},
 ]
 
-TEST_ONLY_KEYS = ("_test_corrupt",)
+TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
 
 
@@ -75,7 +94,7 @@ def block_t(m: int) -> int:
 
 def kernels_for(m: int) -> list[str]:
     """Kernel families that can run M rows."""
-    return ["gemv", "dot"] if m == 1 else ["dot"]
+    return ["gemv", "gemv_sk", "dot"] if m == 1 else ["dot"]
 
 
 def validate(config: dict, m: int, n: int, k: int) -> None:
@@ -93,10 +112,17 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if missing:
         raise ValueError(f"config misses {sorted(missing)} for kernel {kernel!r}")
     for name in PARAMS[kernel]:
-        check_int(name, config[name])
+        if name == "PDL":
+            if config[name] not in (0, 1) or isinstance(config[name], bool):
+                raise ValueError(f"config['PDL'] must be 0 or 1, got {config[name]!r}")
+        else:
+            check_int(name, config[name])
+    if config.get("PDL") and interpreting():
+        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which the "
+                         "Triton interpreter cannot run")
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
-    if kernel == "gemv":
+    if kernel in ("gemv", "gemv_sk"):
         per_thread = config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
         if per_thread > 64:
             raise ValueError(f"gemv tile BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers")

@@ -14,10 +14,12 @@ Both split K deterministically (:mod:`specpilot.kernels.common.epilogue`).
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.skinny_gemm import space
 
 
@@ -44,6 +46,41 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
     y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
                  SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M"])
+def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
+                                   steps, units, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                   PDL: tl.constexpr):
+    """M == 1, stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p streams
+    K-step units ``[p*units//P, (p+1)*units//P)`` of the ``cdiv(N, BLOCK_N) * steps`` units.
+    ``PDL``: launched as a programmatic dependent launch, waiting before any read or write."""
+    p = tl.program_id(0).to(tl.int64)
+    P = tl.num_programs(0).to(tl.int64)
+    u_lo = p * units // P
+    u_hi = (p + 1) * units // P
+    if PDL:
+        gdc_wait()
+    u = u_lo
+    while u < u_hi:
+        tile = u // steps
+        s_lo = (u - tile * steps).to(tl.int32)  # int32 K steps: 32-bit column offsets
+        s_hi = tl.minimum(steps, s_lo + (u_hi - u)).to(tl.int32)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
+        w_rows = w_ptr + offs_n[:, None] * stride_wn
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for s in range(s_lo, s_hi):
+            offs_k = s * BLOCK_K + tl.arange(0, BLOCK_K)
+            k_mask = offs_k < K
+            w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :],
+                        other=0.0, eviction_policy="evict_first")
+            xv = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0, eviction_policy="evict_last")
+            acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
+        y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
+        store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
+                      P, units, steps, BLOCK_N)
+        u += s_hi - s_lo
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -102,8 +139,14 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
         return out.zero_()
     plan = plan_skinny("skinny_gemm", config, m, n, k, k, x.device, space)
     cfg = plan.cfg
-    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
+    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    if cfg["kernel"] == "gemv_sk":
+        skinny_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
+            x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0), plan.steps,
+            plan.units, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]), **meta)
+        return _corrupt_if_asked(out, cfg)
+    meta["SPLIT_K"] = plan.splits
     if plan.block_t is None:
         skinny_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
@@ -112,6 +155,10 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
         skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
             plan.k_per_split, BLOCK_T=plan.block_t, **meta)
+    return _corrupt_if_asked(out, cfg)
+
+
+def _corrupt_if_asked(out: torch.Tensor, cfg: dict) -> torch.Tensor:
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

@@ -8,6 +8,11 @@ costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights t
 ``BLOCK_K`` counts *pairs* of columns: one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
 and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.
 
+``gemv_sk`` is the M == 1 GEMV under a stream-K schedule (:mod:`specpilot.kernels.common.streamk`):
+``PROGRAMS_PER_SM`` programs per SM share the K steps equally, so no program runs the tail alone;
+``PDL`` (1: launched as a programmatic dependent launch, sm_90+, GPU only) lets its launch overlap
+the previous kernel's teardown.
+
 Not in the space: a GEMV that loads the next K step's tiles into registers before decoding this
 step's (run 5, results/h200-2026-11-30-w12-ar-run5.json): 55 -> 136 registers at 8 x 256 on sm_90
 and 1.6-2.2x slower on every shape (fewer programs per SM). The split-K GEMV (16 x 256, 2 splits)
@@ -20,7 +25,6 @@ from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.skinny_gemm.space import block_t
 from specpilot.kernels.skinny_gemm.space import check_int
-from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 
 __all__ = ["CONFIGS", "KEY", "PARAMS", "SWEEP", "block_t", "default_config", "kernels_for",
@@ -37,6 +41,16 @@ PARAMS = {
         "num_stages": [1, 2, 3, 4],
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4],
+    },
+    "gemv_sk": {
+        "BLOCK_N": [8, 16, 32],
+        "BLOCK_K": [64, 128, 256, 512],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 7, 8, 12, 16],
+        "num_warps": [2, 4, 8],
+        "num_stages": [1, 2, 3],
+        "DECODE": ["int", "prmt"],
+        "ESC_CHUNK": [1, 2, 4],
+        "PDL": [0, 1],
     },
     "dot": {
         "BLOCK_N": [16, 32, 64, 128, 256],
@@ -67,6 +81,12 @@ def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: in
             "ESC_CHUNK": esc_chunk}
 
 
+def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, pdl: int) -> dict:
+    return {"kernel": "gemv_sk", "BLOCK_N": block_n, "BLOCK_K": block_k,
+            "PROGRAMS_PER_SM": programs_per_sm, "num_warps": num_warps, "num_stages": 1,
+            "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": pdl}
+
+
 SWEEP = [
     _config("gemv", 16, 256, 1, 4, 3, "prmt"),
     _config("gemv", 8, 256, 1, 4, 3, "prmt"),
@@ -81,10 +101,24 @@ SWEEP = [
     _config("dot", 32, 128, 4, 2, 3, "prmt"),
     _config("dot", 64, 64, 2, 4, 3, "prmt"),
     _config("dot", 32, 128, 1, 2, 3, "int"),
+    # Stream-K GEMVs at about the resident programs per SM their registers allow on sm_90 (8 x 256
+    # with 4 warps: 72 registers, 7 per SM; 16 x 256 with 4 warps: 121, 4; 8 x 256 with 2: 121, 8).
+    _streamk(8, 256, 7, 4, 0),
+    _streamk(8, 256, 4, 4, 0),
+    _streamk(16, 256, 4, 4, 0),
+    _streamk(8, 256, 8, 2, 0),
+    _streamk(8, 128, 7, 4, 0),
+    _streamk(8, 256, 7, 4, 1),
+    _streamk(16, 256, 4, 4, 1),
 ]
 
-TEST_ONLY_KEYS = ("_test_corrupt",)
+TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
+
+
+def kernels_for(m: int) -> list[str]:
+    """Kernel families that can run M rows (the GEMVs: M == 1 only)."""
+    return ["gemv", "gemv_sk", "dot"] if m == 1 else ["dot"]
 
 
 def validate(config: dict, m: int, n: int, k: int) -> None:
@@ -102,16 +136,19 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                          f"missing {sorted(missing)}")
     for name in PARAMS[kernel]:
         v = config[name]
-        if name == "DECODE":
-            if v not in PARAMS[kernel][name]:
+        if name in ("DECODE", "PDL"):
+            if v not in PARAMS[kernel][name] or isinstance(v, bool):
                 raise ValueError(f"config[{name!r}] must be one of {PARAMS[kernel][name]}")
         else:
             check_int(name, v)
     if config["DECODE"] == "prmt" and interpreting():
         raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
+    if config.get("PDL") and interpreting():
+        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which the "
+                         "Triton interpreter cannot run")
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
-    if kernel == "gemv":
+    if kernel in ("gemv", "gemv_sk"):
         per_thread = config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
         if per_thread > 64:
             raise ValueError(f"gemv tile BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers")

@@ -40,11 +40,13 @@ launch). Consequences, documented as the W12 GEMM contract:
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import w12_decode_scaled
 from specpilot.kernels.w12.triton import window_scale
@@ -152,6 +154,48 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
         y = apply_escapes(y, x_ptr, 0, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
                           esc_delta_ptr, ESC_CHUNK)
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
+                                out_ptr, ws_ptr, lock_ptr, M, N, K, K2, scale, steps, units,
+                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr,
+                                ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """M == 1, stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p streams
+    K-step units ``[p*units//P, (p+1)*units//P)`` of the ``cdiv(N, BLOCK_N) * steps`` units, tile
+    by tile. ``PDL``: launched as a programmatic dependent launch; nothing is read or written before
+    ``griddepcontrol.wait`` returns, so the launch overlaps only the previous kernel's teardown."""
+    p = tl.program_id(0).to(tl.int64)
+    P = tl.num_programs(0).to(tl.int64)
+    u_lo = p * units // P
+    u_hi = (p + 1) * units // P
+    steps_full = K2 // BLOCK_K
+    if PDL:
+        gdc_wait()
+    u = u_lo
+    while u < u_hi:
+        tile = u // steps
+        s_lo = (u - tile * steps).to(tl.int32)  # int32 K steps: 32-bit column offsets
+        s_hi = tl.minimum(steps, s_lo + (u_hi - u)).to(tl.int32)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
+        row = offs_n[:, None]
+        sm_rows = sm_ptr + row * (2 * K2)
+        nib_rows = nib_ptr + row * K2
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for s in range(s_lo, tl.minimum(s_hi, steps_full)):
+            acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, s * BLOCK_K, K2, K, K2, n_mask,
+                            BLOCK_K, ASM, False)
+        if s_hi > steps_full:  # the masked tail step (K2 not a multiple of BLOCK_K)
+            acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, steps_full * BLOCK_K, K2, K, K2,
+                            n_mask, BLOCK_K, ASM, True)
+        y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
+        if s_lo == 0:
+            y = apply_escapes(y, x_ptr, 0, tl.arange(0, 1), M, offs_n, n_mask, row_ptr,
+                              esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
+        store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
+                      P, units, steps, BLOCK_N)
+        u += s_hi - s_lo
 
 
 @triton.jit
@@ -263,19 +307,24 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     plan = plan_skinny("w12_gemm", config, m, n, k, k2, x.device, space)
     cfg = plan.cfg
     planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
-    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "SPLIT_K": plan.splits,
+    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
             "ASM": cfg["DECODE"] == "prmt", "ESC_CHUNK": cfg["ESC_CHUNK"],
             "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}
     scale = window_scale(packed.base)
-    if plan.block_t is None:
+    if cfg["kernel"] == "gemv_sk":
+        w12_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.steps,
+            plan.units, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]), **meta)
+    elif plan.block_t is None:
+        meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
             **meta)
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
-            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, **meta)
+            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits, **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

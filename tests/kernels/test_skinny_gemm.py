@@ -24,10 +24,22 @@ def dot(bn=16, bk=16, split=1):
             "num_stages": 2}
 
 
+def streamk(bn=8, bk=16, programs=None):
+    cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2,
+           "num_warps": 1, "num_stages": 1, "PDL": 0}
+    return cfg if programs is None else {**cfg, "_test_programs": programs}
+
+
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-bf16-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
     pytest.param(1, 67, 45, dot(), id="M1-K67-N45-bf16-dot"),
+    # Stream-K: 6 tiles x 5 K steps (the last one masked); one program per step, 4 and 7
+    # programs (ranges starting and ending inside tiles), one program for everything.
+    pytest.param(1, 67, 45, streamk(), id="M1-K67-N45-bf16-streamk-per-step"),
+    pytest.param(1, 67, 45, streamk(programs=4), id="M1-K67-N45-bf16-streamk-4"),
+    pytest.param(1, 67, 45, streamk(programs=7), id="M1-K67-N45-bf16-streamk-7"),
+    pytest.param(1, 67, 45, streamk(programs=1), id="M1-K67-N45-bf16-streamk-1"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-bf16-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-bf16-dot-split2"),
     pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3), id="M17-K67-N45-bf16-dot-split3"),
@@ -71,6 +83,17 @@ def test_splitk_is_deterministic_and_leaves_counters_zero():
     assert int(lock_buffer(x.device, 1).abs().sum()) == 0
 
 
+def test_streamk_is_deterministic_and_leaves_counters_zero():
+    """Tiles summed from partials of several programs: same bits on every run, counters reset."""
+    x, w = _inputs(1, 200, 40)
+    config = streamk(bn=8, bk=32, programs=6)  # 5 tiles x 7 steps over 6 programs
+    first = skinny_gemm_triton(x, w, config=config)
+    second = skinny_gemm_triton(x, w, config=config)
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+    assert int(lock_buffer(x.device, 1).abs().sum()) == 0
+    assert_gemm_close("stream-K", first, x, w)
+
+
 def test_default_config_and_linear():
     x, w = _inputs(2, 40, 24)
     assert_gemm_close("linear", skinny_gemm.linear(x, w), x, w)
@@ -98,6 +121,9 @@ def test_strided_x_and_empty_shapes():
 @pytest.mark.parametrize("config, m, message", [
     ({**dot(), "BLOCK_Q": 4}, 2, "unknown config keys"),
     (gemv(), 2, "cannot run M=2"),
+    (streamk(), 2, "cannot run M=2"),
+    ({**streamk(), "PDL": 1}, 1, "interpreter cannot run"),
+    ({**streamk(), "PDL": 2}, 1, "PDL"),
     (dot(bn=24), 2, "power of two"),
     (dot(bn=8), 2, "BLOCK_N >= 16"),
     ({"kernel": "mma"}, 2, "kernel"),
@@ -112,8 +138,9 @@ def test_space_data():
     assert space.KEY == ("M_BUCKET", "N", "K")
     assert len(space.CONFIGS) == sum(math.prod(len(c) for c in p.values())
                                      for p in space.PARAMS.values())
-    for config in space.SWEEP:
-        space.validate(config, 1 if config["kernel"] == "gemv" else 16, 5120, 5120)
+    for config in space.SWEEP:  # PDL is GPU-only: validated here without it
+        space.validate({**config, "PDL": 0} if "PDL" in config else config,
+                       1 if config["kernel"].startswith("gemv") else 16, 5120, 5120)
     assert [space.m_bucket(m) for m in (1, 3, 16, 17, 64, 65, 130)] == [1, 4, 16, 32, 64, 128, 192]
     assert space.default_config(1, 5120, 17408)["kernel"] == "gemv"
     assert space.default_config(16, 5120, 17408)["kernel"] == "dot"

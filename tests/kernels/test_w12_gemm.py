@@ -27,10 +27,24 @@ def dot(bn=16, bk=16, split=1, warps=4, esc=1):
             "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc}
 
 
+def streamk(bn=8, bk=16, programs=None, esc=1):
+    cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2,
+           "num_warps": 1, "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "PDL": 0}
+    return cfg if programs is None else {**cfg, "_test_programs": programs}
+
+
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-w12-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
     pytest.param(1, 66, 45, dot(), id="M1-K66-N45-w12-dot"),
+    # Stream-K: 6 tiles x 3 steps (the last one a masked tail); one program per step (every tile
+    # summed from three partials), 4 and 7 programs (ranges that start and end inside tiles and
+    # span whole ones), and one program that streams everything.
+    pytest.param(1, 67, 45, streamk(), id="M1-K67-N45-w12-streamk-per-step"),
+    pytest.param(1, 67, 45, streamk(programs=4), id="M1-K67-N45-w12-streamk-4"),
+    pytest.param(1, 67, 45, streamk(programs=7), id="M1-K67-N45-w12-streamk-7"),
+    pytest.param(1, 67, 45, streamk(programs=1), id="M1-K67-N45-w12-streamk-1"),
+    pytest.param(1, 128, 40, streamk(bn=16, programs=5), id="M1-K128-N40-w12-streamk-no-tail"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
     pytest.param(17, 67, 45, dot(split=2), id="M17-K67-N45-w12-dot-split2"),

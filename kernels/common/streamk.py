@@ -1,0 +1,64 @@
+"""Stream-K scheduling for the M == 1 GEMVs: every program streams the same number of K steps.
+
+Why: a GEMV program that owns whole tiles runs a serial chain of K steps. With one program per tile
+(or per tile and split) the grid is rarely a whole number of "waves" of resident programs, so the
+last programs run nearly alone, each waiting on one memory latency per K step: the ~5-8 us fixed
+cost per GEMM that REFERENCE-kernels.md §3.1 fits (and that the W12 GEMM pays on every projection of
+a decode step; results/h200-2026-11-30-w12-kernels-run5.json). Stream-K removes that tail: the
+``units = tiles * steps`` K steps are cut into ``P`` equal, contiguous ranges (``P`` = programs
+resident at once: SMs x programs per SM), so every program finishes at about the same time.
+
+A program's range is a list of *segments*, one per tile it touches: its first segment may start
+inside a tile, its last may end inside one, every one between is a whole tile. A whole tile is
+stored directly. A partial segment writes its fp32 partial to the workspace slot
+``(program, 0 if it is the program's first segment else 1)`` and bumps the tile's counter; the
+program that arrives last sums the tile's partials in program order (so the same inputs give the
+same bits, whatever order programs finish in), stores, and resets the counter to 0 (the counter
+buffer stays reusable and CUDA-graph safe, as in :mod:`specpilot.kernels.common.epilogue`).
+"""
+
+import triton
+import triton.language as tl
+
+
+def streamk_programs(units: int, num_sms: int, programs_per_sm: int) -> int:
+    """Programs of a stream-K launch: one per resident slot, never more than there are K steps."""
+    return max(1, min(units, num_sms * programs_per_sm))
+
+
+@triton.jit
+def unit_owner(u, units, P):
+    """The program whose range ``[p*units//P, (p+1)*units//P)`` holds K-step unit ``u``."""
+    return ((u + 1) * P - 1) // units
+
+
+@triton.jit
+def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, first, p, P,
+                  units, steps, BLOCK_N: tl.constexpr):
+    """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [1, BLOCK_N]`` (fp32) is the
+    segment's sum for output columns ``offs_n``; ``first``: the segment is program ``p``'s first.
+
+    ``ws_ptr``: fp32 ``[P, 2, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile, zero on entry
+    and left zero on exit.
+    """
+    n_mask = offs_n[None, :] < N
+    if (s_lo == 0) & (s_hi == steps):
+        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=n_mask)
+    else:
+        cols = tl.arange(0, BLOCK_N)[None, :]
+        slot = tl.where(first, 0, 1)
+        tl.store(ws_ptr + (p.to(tl.int32) * 2 + slot) * BLOCK_N + cols, y)
+        # Every thread's partial store happens before the (release) counter bump.
+        tl.debug_barrier()
+        q_lo = unit_owner(tile * steps, units, P).to(tl.int32)
+        q_hi = unit_owner(tile * steps + steps - 1, units, P).to(tl.int32)
+        count = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel")
+        if count == q_hi - q_lo:
+            total = tl.zeros_like(y)
+            for q in range(q_lo, q_hi + 1):
+                # The tile is q's first segment iff q's range starts inside it.
+                q_slot = tl.where(q * units // P >= tile * steps, 0, 1)  # q * units: int64
+                # .cg: read from L2, never a stale L1 line.
+                total += tl.load(ws_ptr + (q * 2 + q_slot) * BLOCK_N + cols, cache_modifier=".cg")
+            tl.store(out_ptr + offs_n[None, :], total.to(out_ptr.dtype.element_ty), mask=n_mask)
+            tl.atomic_xchg(lock_ptr + tile, 0)
