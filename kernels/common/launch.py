@@ -103,10 +103,11 @@ class SkinnyPlan:
 @dataclasses.dataclass(frozen=True)
 class StreamKPlan:
     """A stream-K GEMV launch (:mod:`specpilot.kernels.common.streamk`): ``programs`` share
-    ``units = tiles * steps`` K steps of ``BLOCK_K``."""
+    ``units = tiles * steps`` K steps of ``BLOCK_K``, ``per`` each (the last one fewer)."""
 
     cfg: dict
     programs: int
+    per: int
     steps: int
     units: int
     workspace: torch.Tensor  # fp32 [programs, 2, BLOCK_N]
@@ -115,15 +116,18 @@ class StreamKPlan:
 
 def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamKPlan:
     """Size the grid, workspace and counters of a stream-K GEMV over ``k_len`` K positions."""
-    from specpilot.kernels.common.streamk import streamk_programs
+    from specpilot.kernels.common.streamk import streamk_split
 
     tiles = cdiv(n, cfg["BLOCK_N"])
     steps = cdiv(max(k_len, 1), cfg["BLOCK_K"])
-    programs = streamk_programs(tiles * steps, num_sms(device), cfg["PROGRAMS_PER_SM"])
+    if tiles * steps >= 2**31:
+        raise ValueError(f"stream-K indexes K steps in int32: {tiles} tiles x {steps} steps")
+    slots_per_sm, sms = cfg["PROGRAMS_PER_SM"], num_sms(device)
     if cfg.get("_test_programs"):  # test-only: ranges that span tiles on a small shape
-        programs = min(tiles * steps, cfg["_test_programs"])
+        slots_per_sm, sms = cfg["_test_programs"], 1
+    programs, per = streamk_split(tiles * steps, sms, slots_per_sm)
     ws = torch.empty((programs, 2, cfg["BLOCK_N"]), dtype=torch.float32, device=device)
-    return StreamKPlan(cfg, programs, steps, tiles * steps, ws, lock_buffer(device, tiles))
+    return StreamKPlan(cfg, programs, per, steps, tiles * steps, ws, lock_buffer(device, tiles))
 
 
 def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_len: int,

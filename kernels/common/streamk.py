@@ -6,7 +6,9 @@ last programs run nearly alone, each waiting on one memory latency per K step: t
 cost per GEMM that REFERENCE-kernels.md §3.1 fits (and that the W12 GEMM pays on every projection of
 a decode step; results/h200-2026-11-30-w12-kernels-run5.json). Stream-K removes that tail: the
 ``units = tiles * steps`` K steps are cut into ``P`` equal, contiguous ranges (``P`` = programs
-resident at once: SMs x programs per SM), so every program finishes at about the same time.
+resident at once: SMs x programs per SM; every index is int32, so 64-bit divisions, which cost
+registers and with them resident programs, never appear), so every program finishes at about the
+same time.
 
 A program's range is a list of *segments*, one per tile it touches: its first segment may start
 inside a tile, its last may end inside one, every one between is a whole tile. A whole tile is
@@ -21,25 +23,23 @@ import triton
 import triton.language as tl
 
 
-def streamk_programs(units: int, num_sms: int, programs_per_sm: int) -> int:
-    """Programs of a stream-K launch: one per resident slot, never more than there are K steps."""
-    return max(1, min(units, num_sms * programs_per_sm))
+def streamk_split(units: int, num_sms: int, programs_per_sm: int) -> tuple[int, int]:
+    """``(programs, units per program)``: about one program per resident slot, each streaming
+    ``per = cdiv(units, slots)`` K steps (the last one up to ``per - 1`` fewer), so every index
+    stays in int32 and a unit's owner is one division."""
+    per = -(-units // max(1, num_sms * programs_per_sm))
+    return -(-units // per), per
 
 
 @triton.jit
-def unit_owner(u, units, P):
-    """The program whose range ``[p*units//P, (p+1)*units//P)`` holds K-step unit ``u``."""
-    return ((u + 1) * P - 1) // units
-
-
-@triton.jit
-def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, first, p, P,
-                  units, steps, BLOCK_N: tl.constexpr):
+def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, first, p, per,
+                  steps, BLOCK_N: tl.constexpr):
     """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [1, BLOCK_N]`` (fp32) is the
-    segment's sum for output columns ``offs_n``; ``first``: the segment is program ``p``'s first.
+    segment's sum for output columns ``offs_n``; ``first``: the segment is program ``p``'s first;
+    program q streams units ``[q * per, (q + 1) * per)``.
 
-    ``ws_ptr``: fp32 ``[P, 2, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile, zero on entry
-    and left zero on exit.
+    ``ws_ptr``: fp32 ``[programs, 2, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile, zero on
+    entry and left zero on exit.
     """
     n_mask = offs_n[None, :] < N
     if (s_lo == 0) & (s_hi == steps):
@@ -47,17 +47,17 @@ def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, fir
     else:
         cols = tl.arange(0, BLOCK_N)[None, :]
         slot = tl.where(first, 0, 1)
-        tl.store(ws_ptr + (p.to(tl.int32) * 2 + slot) * BLOCK_N + cols, y)
+        tl.store(ws_ptr + (p * 2 + slot) * BLOCK_N + cols, y)
         # Every thread's partial store happens before the (release) counter bump.
         tl.debug_barrier()
-        q_lo = unit_owner(tile * steps, units, P).to(tl.int32)
-        q_hi = unit_owner(tile * steps + steps - 1, units, P).to(tl.int32)
+        q_lo = tile * steps // per
+        q_hi = (tile * steps + steps - 1) // per
         count = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel")
         if count == q_hi - q_lo:
             total = tl.zeros_like(y)
             for q in range(q_lo, q_hi + 1):
                 # The tile is q's first segment iff q's range starts inside it.
-                q_slot = tl.where(q * units // P >= tile * steps, 0, 1)  # q * units: int64
+                q_slot = tl.where(q * per >= tile * steps, 0, 1)
                 # .cg: read from L2, never a stale L1 line.
                 total += tl.load(ws_ptr + (q * 2 + q_slot) * BLOCK_N + cols, cache_modifier=".cg")
             tl.store(out_ptr + offs_n[None, :], total.to(out_ptr.dtype.element_ty), mask=n_mask)

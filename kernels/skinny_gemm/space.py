@@ -2,7 +2,8 @@
 
 A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "gemv_sk": the same GEMV under
 a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps equally, ``PDL`` 1 for a
-programmatic dependent launch (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
+programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
+(:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``num_warps``, ``num_stages``. BLOCK_T
 is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
@@ -28,7 +29,8 @@ PARAMS = {
     "gemv_sk": {
         "BLOCK_N": [8, 16, 32],
         "BLOCK_K": [128, 256, 512, 1024],
-        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 7, 8, 12, 16],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 18],
+        "MAX_REGS": [0, 48, 56, 64, 96],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3],
         "PDL": [0, 1],
@@ -70,12 +72,10 @@ SWEEP = [
     _config("dot", 128, 128, 2, 8, 3),
     # Stream-K GEMVs (every program streams the same number of K steps; PDL: a programmatic
     # dependent launch), about as many programs per SM as stay resident.
-    {"kernel": "gemv_sk", "BLOCK_N": 8, "BLOCK_K": 512, "PROGRAMS_PER_SM": 6, "num_warps": 4,
-     "num_stages": 1, "PDL": 0},
-    {"kernel": "gemv_sk", "BLOCK_N": 16, "BLOCK_K": 256, "PROGRAMS_PER_SM": 6, "num_warps": 4,
-     "num_stages": 1, "PDL": 0},
-    {"kernel": "gemv_sk", "BLOCK_N": 8, "BLOCK_K": 512, "PROGRAMS_PER_SM": 6, "num_warps": 4,
-     "num_stages": 1, "PDL": 1},
+    {"kernel": "gemv_sk", "BLOCK_N": 16, "BLOCK_K": 256, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
+     "num_warps": 4, "num_stages": 1, "PDL": 0},
+    {"kernel": "gemv_sk", "BLOCK_N": 8, "BLOCK_K": 512, "PROGRAMS_PER_SM": 9, "MAX_REGS": 56,
+     "num_warps": 4, "num_stages": 1, "PDL": 0},
 ]
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
@@ -112,9 +112,10 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if missing:
         raise ValueError(f"config misses {sorted(missing)} for kernel {kernel!r}")
     for name in PARAMS[kernel]:
-        if name == "PDL":
-            if config[name] not in (0, 1) or isinstance(config[name], bool):
-                raise ValueError(f"config['PDL'] must be 0 or 1, got {config[name]!r}")
+        if name in ("PDL", "MAX_REGS"):
+            if config[name] not in PARAMS[kernel][name] or isinstance(config[name], bool):
+                raise ValueError(f"config[{name!r}] must be one of {PARAMS[kernel][name]}, "
+                                 f"got {config[name]!r}")
         else:
             check_int(name, config[name])
     if config.get("PDL") and interpreting():

@@ -50,23 +50,23 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
 
 @triton.jit(do_not_specialize=["M"])
 def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
-                                   steps, units, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                   steps, units, per, BLOCK_N: tl.constexpr,
+                                   BLOCK_K: tl.constexpr,
                                    PDL: tl.constexpr):
     """M == 1, stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p streams
-    K-step units ``[p*units//P, (p+1)*units//P)`` of the ``cdiv(N, BLOCK_N) * steps`` units.
+    K-step units ``[p*per, (p+1)*per)`` of the ``cdiv(N, BLOCK_N) * steps`` units.
     ``PDL``: launched as a programmatic dependent launch, waiting before any read or write."""
-    p = tl.program_id(0).to(tl.int64)
-    P = tl.num_programs(0).to(tl.int64)
-    u_lo = p * units // P
-    u_hi = (p + 1) * units // P
+    p = tl.program_id(0)
+    u_lo = p * per
+    u_hi = tl.minimum(u_lo + per, units)
     if PDL:
         gdc_wait()
     u = u_lo
+    tile = u_lo // steps
+    s_lo = u_lo - tile * steps
     while u < u_hi:
-        tile = u // steps
-        s_lo = (u - tile * steps).to(tl.int32)  # int32 K steps: 32-bit column offsets
-        s_hi = tl.minimum(steps, s_lo + (u_hi - u)).to(tl.int32)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        s_hi = tl.minimum(steps, s_lo + (u_hi - u))
+        offs_n = tile.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = offs_n < N
         w_rows = w_ptr + offs_n[:, None] * stride_wn
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
@@ -79,8 +79,10 @@ def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N
             acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
         y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
         store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
-                      P, units, steps, BLOCK_N)
+                      per, steps, BLOCK_N)
         u += s_hi - s_lo
+        tile += 1
+        s_lo = 0
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -144,7 +146,8 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
     if cfg["kernel"] == "gemv_sk":
         skinny_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0), plan.steps,
-            plan.units, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]), **meta)
+            plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
+            **({"maxnreg": cfg["MAX_REGS"]} if cfg["MAX_REGS"] else {}), **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
     if plan.block_t is None:

@@ -11,7 +11,8 @@ and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` we
 ``gemv_sk`` is the M == 1 GEMV under a stream-K schedule (:mod:`specpilot.kernels.common.streamk`):
 ``PROGRAMS_PER_SM`` programs per SM share the K steps equally, so no program runs the tail alone;
 ``PDL`` (1: launched as a programmatic dependent launch, sm_90+, GPU only) lets its launch overlap
-the previous kernel's teardown.
+the previous kernel's teardown; ``MAX_REGS`` (0: none) caps its registers per thread (ptxas
+``-maxrregcount``), so more programs stay resident at the price of a few spills.
 
 Not in the space: a GEMV that loads the next K step's tiles into registers before decoding this
 step's (run 5, results/h200-2026-11-30-w12-ar-run5.json): 55 -> 136 registers at 8 x 256 on sm_90
@@ -45,7 +46,8 @@ PARAMS = {
     "gemv_sk": {
         "BLOCK_N": [8, 16, 32],
         "BLOCK_K": [64, 128, 256, 512],
-        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 7, 8, 12, 16],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 18],
+        "MAX_REGS": [0, 48, 56, 64, 96],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3],
         "DECODE": ["int", "prmt"],
@@ -81,10 +83,11 @@ def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: in
             "ESC_CHUNK": esc_chunk}
 
 
-def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, pdl: int) -> dict:
+def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
+             pdl: int = 0) -> dict:
     return {"kernel": "gemv_sk", "BLOCK_N": block_n, "BLOCK_K": block_k,
-            "PROGRAMS_PER_SM": programs_per_sm, "num_warps": num_warps, "num_stages": 1,
-            "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": pdl}
+            "PROGRAMS_PER_SM": programs_per_sm, "MAX_REGS": max_regs, "num_warps": num_warps,
+            "num_stages": 1, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": pdl}
 
 
 SWEEP = [
@@ -101,15 +104,16 @@ SWEEP = [
     _config("dot", 32, 128, 4, 2, 3, "prmt"),
     _config("dot", 64, 64, 2, 4, 3, "prmt"),
     _config("dot", 32, 128, 1, 2, 3, "int"),
-    # Stream-K GEMVs at about the resident programs per SM their registers allow on sm_90 (8 x 256
-    # with 4 warps: 72 registers, 7 per SM; 16 x 256 with 4 warps: 121, 4; 8 x 256 with 2: 121, 8).
-    _streamk(8, 256, 7, 4, 0),
-    _streamk(8, 256, 4, 4, 0),
+    # Stream-K GEMVs with as many resident programs per SM as their registers allow on sm_90. The
+    # GEMV keeps one K step's loads in flight per warp, so resident warps set its bandwidth:
+    # H200 run 6 (results/h200-2026-11-30-w12-kernels-run6.json) measured 8 x 256 with 4 warps at
+    # 72 registers (7 per SM) 13% slower than the grid GEMV at 55 (9 per SM). 8 x 256 now needs
+    # 64 (8 per SM), and MAX_REGS 56 (ptxas -maxrregcount, 3 spill stores) fits 9.
+    _streamk(8, 256, 9, 4, 56),
+    _streamk(8, 256, 8, 4, 0),
+    _streamk(8, 128, 18, 2, 56),
     _streamk(16, 256, 4, 4, 0),
-    _streamk(8, 256, 8, 2, 0),
-    _streamk(8, 128, 7, 4, 0),
-    _streamk(8, 256, 7, 4, 1),
-    _streamk(16, 256, 4, 4, 1),
+    _streamk(8, 256, 9, 4, 56, pdl=1),
 ]
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
@@ -136,7 +140,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                          f"missing {sorted(missing)}")
     for name in PARAMS[kernel]:
         v = config[name]
-        if name in ("DECODE", "PDL"):
+        if name in ("DECODE", "PDL", "MAX_REGS"):
             if v not in PARAMS[kernel][name] or isinstance(v, bool):
                 raise ValueError(f"config[{name!r}] must be one of {PARAMS[kernel][name]}")
         else:

@@ -158,26 +158,25 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
 
 @triton.jit(do_not_specialize=["M"])
 def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
-                                out_ptr, ws_ptr, lock_ptr, M, N, K, K2, scale, steps, units,
+                                out_ptr, ws_ptr, lock_ptr, M, N, K, K2, scale, steps, units, per,
                                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr,
                                 ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
     """M == 1, stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p streams
-    K-step units ``[p*units//P, (p+1)*units//P)`` of the ``cdiv(N, BLOCK_N) * steps`` units, tile
+    K-step units ``[p*per, (p+1)*per)`` of the ``cdiv(N, BLOCK_N) * steps`` units, tile
     by tile. ``PDL``: launched as a programmatic dependent launch; nothing is read or written before
     ``griddepcontrol.wait`` returns, so the launch overlaps only the previous kernel's teardown."""
-    p = tl.program_id(0).to(tl.int64)
-    P = tl.num_programs(0).to(tl.int64)
-    u_lo = p * units // P
-    u_hi = (p + 1) * units // P
+    p = tl.program_id(0)
+    u_lo = p * per
+    u_hi = tl.minimum(u_lo + per, units)
     steps_full = K2 // BLOCK_K
     if PDL:
         gdc_wait()
     u = u_lo
+    tile = u_lo // steps
+    s_lo = u_lo - tile * steps
     while u < u_hi:
-        tile = u // steps
-        s_lo = (u - tile * steps).to(tl.int32)  # int32 K steps: 32-bit column offsets
-        s_hi = tl.minimum(steps, s_lo + (u_hi - u)).to(tl.int32)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        s_hi = tl.minimum(steps, s_lo + (u_hi - u))
+        offs_n = tile.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = offs_n < N
         row = offs_n[:, None]
         sm_rows = sm_ptr + row * (2 * K2)
@@ -194,8 +193,10 @@ def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, es
             y = apply_escapes(y, x_ptr, 0, tl.arange(0, 1), M, offs_n, n_mask, row_ptr,
                               esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
         store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
-                      P, units, steps, BLOCK_N)
+                      per, steps, BLOCK_N)
         u += s_hi - s_lo
+        tile += 1
+        s_lo = 0
 
 
 @triton.jit
@@ -315,7 +316,8 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     if cfg["kernel"] == "gemv_sk":
         w12_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.steps,
-            plan.units, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]), **meta)
+            plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
+            **({"maxnreg": cfg["MAX_REGS"]} if cfg["MAX_REGS"] else {}), **meta)
     elif plan.block_t is None:
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](

@@ -25,7 +25,7 @@ def dot(bn=16, bk=16, split=1):
 
 
 def streamk(bn=8, bk=16, programs=None):
-    cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2,
+    cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
            "num_warps": 1, "num_stages": 1, "PDL": 0}
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 

@@ -28,7 +28,7 @@ def dot(bn=16, bk=16, split=1, warps=4, esc=1):
 
 
 def streamk(bn=8, bk=16, programs=None, esc=1):
-    cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2,
+    cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
            "num_warps": 1, "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "PDL": 0}
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
