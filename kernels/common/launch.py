@@ -102,11 +102,13 @@ class SkinnyPlan:
 
 @dataclasses.dataclass(frozen=True)
 class StreamKPlan:
-    """A stream-K GEMV launch (:mod:`specpilot.kernels.common.streamk`): ``programs`` share
-    ``units = tiles * steps`` K steps of ``BLOCK_K``, ``per`` each (the last one fewer)."""
+    """A stream-K GEMV launch (:mod:`specpilot.kernels.common.streamk`): ``programs`` take the
+    first ``dp_tiles`` tiles whole, round-robin, then share the ``units = (tiles - dp_tiles) *
+    steps`` K steps of ``BLOCK_K`` of the rest, ``per`` each (the last ones fewer or none)."""
 
     cfg: dict
     programs: int
+    dp_tiles: int
     per: int
     steps: int
     units: int
@@ -122,12 +124,13 @@ def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamK
     steps = cdiv(max(k_len, 1), cfg["BLOCK_K"])
     if tiles * steps >= 2**31:
         raise ValueError(f"stream-K indexes K steps in int32: {tiles} tiles x {steps} steps")
-    slots_per_sm, sms = cfg["PROGRAMS_PER_SM"], num_sms(device)
+    slots = num_sms(device) * cfg["PROGRAMS_PER_SM"]
     if cfg.get("_test_programs"):  # test-only: ranges that span tiles on a small shape
-        slots_per_sm, sms = cfg["_test_programs"], 1
-    programs, per = streamk_split(tiles * steps, sms, slots_per_sm)
+        slots = cfg["_test_programs"]
+    dp_tiles, programs, per = streamk_split(tiles, steps, slots)
     ws = torch.empty((programs, 2, cfg["BLOCK_N"]), dtype=torch.float32, device=device)
-    return StreamKPlan(cfg, programs, per, steps, tiles * steps, ws, lock_buffer(device, tiles))
+    return StreamKPlan(cfg, programs, dp_tiles, per, steps, (tiles - dp_tiles) * steps, ws,
+                       lock_buffer(device, tiles - dp_tiles))
 
 
 def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_len: int,

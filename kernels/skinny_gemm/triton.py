@@ -48,36 +48,48 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
                  SPLIT_K)
 
 
+@triton.jit
+def gemv_segment(x_ptr, w_ptr, N, K, stride_wn, tile, s_lo, s_hi, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """``(offs_n, y [1, BLOCK_N])``: K steps ``[s_lo, s_hi)`` of ``tile``'s GEMV."""
+    offs_n = (tile * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    n_mask = offs_n < N
+    w_rows = w_ptr + offs_n[:, None] * stride_wn
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for s in range(s_lo, s_hi):
+        offs_k = s * BLOCK_K + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
+                    eviction_policy="evict_first")
+        xv = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0, eviction_policy="evict_last")
+        acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
+    return offs_n, tl.sum(acc, axis=1)[None, :]
+
+
 @triton.jit(do_not_specialize=["M"])
 def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
-                                   steps, units, per, BLOCK_N: tl.constexpr,
-                                   BLOCK_K: tl.constexpr,
-                                   PDL: tl.constexpr):
-    """M == 1, stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p streams
-    K-step units ``[p*per, (p+1)*per)`` of the ``cdiv(N, BLOCK_N) * steps`` units.
-    ``PDL``: launched as a programmatic dependent launch, waiting before any read or write."""
+                                   steps, dp_tiles, units, per, BLOCK_N: tl.constexpr,
+                                   BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    """M == 1, data-parallel rounds then stream-K (:mod:`specpilot.kernels.common.streamk`):
+    grid (P,); program p takes whole tiles p, p + P, ... below ``dp_tiles``, then K-step units
+    ``[p*per, (p+1)*per)`` of the ``units`` of the remaining tiles. ``PDL``: launched as a
+    programmatic dependent launch, waiting before any read or write."""
     p = tl.program_id(0)
-    u_lo = p * per
-    u_hi = tl.minimum(u_lo + per, units)
     if PDL:
         gdc_wait()
+    for tile in range(p, dp_tiles, tl.num_programs(0)):
+        offs_n, y = gemv_segment(x_ptr, w_ptr, N, K, stride_wn, tile, 0, steps, BLOCK_N, BLOCK_K)
+        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
+                 mask=offs_n[None, :] < N)
+    u_lo = p * per
+    u_hi = tl.minimum(u_lo + per, units)
     u = u_lo
-    tile = u_lo // steps
+    tile = u_lo // steps  # counts the stream-K tiles from dp_tiles
     s_lo = u_lo - tile * steps
     while u < u_hi:
         s_hi = tl.minimum(steps, s_lo + (u_hi - u))
-        offs_n = tile.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < N
-        w_rows = w_ptr + offs_n[:, None] * stride_wn
-        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-        for s in range(s_lo, s_hi):
-            offs_k = s * BLOCK_K + tl.arange(0, BLOCK_K)
-            k_mask = offs_k < K
-            w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :],
-                        other=0.0, eviction_policy="evict_first")
-            xv = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0, eviction_policy="evict_last")
-            acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
-        y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
+        offs_n, y = gemv_segment(x_ptr, w_ptr, N, K, stride_wn, dp_tiles + tile, s_lo, s_hi,
+                                 BLOCK_N, BLOCK_K)
         store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
                       per, steps, BLOCK_N)
         u += s_hi - s_lo
@@ -146,7 +158,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
     if cfg["kernel"] == "gemv_sk":
         skinny_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0), plan.steps,
-            plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
+            plan.dp_tiles, plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
             **({"maxnreg": cfg["MAX_REGS"]} if cfg["MAX_REGS"] else {}), **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits

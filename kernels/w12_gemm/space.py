@@ -107,8 +107,9 @@ SWEEP = [
     # Stream-K GEMVs with as many resident programs per SM as their registers allow on sm_90. The
     # GEMV keeps one K step's loads in flight per warp, so resident warps set its bandwidth:
     # H200 run 6 (results/h200-2026-11-30-w12-kernels-run6.json) measured 8 x 256 with 4 warps at
-    # 72 registers (7 per SM) 13% slower than the grid GEMV at 55 (9 per SM). 8 x 256 now needs
-    # 64 (8 per SM), and MAX_REGS 56 (ptxas -maxrregcount, 3 spill stores) fits 9.
+    # 72 registers (7 per SM) 13% slower than the grid GEMV at 55 (9 per SM); run 7, at 9 per SM
+    # with MAX_REGS 56 (ptxas -maxrregcount), still 8% slower on the lm_head, which has no tail:
+    # each program streamed its own stretch of the matrix. Whole rounds now go data-parallel.
     _streamk(8, 256, 9, 4, 56),
     _streamk(8, 256, 8, 4, 0),
     _streamk(8, 128, 18, 2, 56),

@@ -156,42 +156,60 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
 
 
+@triton.jit
+def gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K, K2, scale,
+                 tile, s_lo, s_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 ASM: tl.constexpr, ESC_CHUNK: tl.constexpr):
+    """``(offs_n, y [1, BLOCK_N])``: K steps ``[s_lo, s_hi)`` of ``tile``'s GEMV, scaled, with the
+    tile's escapes added when the segment starts at K step 0."""
+    steps_full = K2 // BLOCK_K
+    offs_n = (tile * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    n_mask = offs_n < N
+    row = offs_n[:, None]
+    sm_rows = sm_ptr + row * (2 * K2)
+    nib_rows = nib_ptr + row * K2
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for s in range(s_lo, tl.minimum(s_hi, steps_full)):
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, s * BLOCK_K, K2, K, K2, n_mask, BLOCK_K,
+                        ASM, False)
+    if s_hi > steps_full:  # the masked tail step (K2 not a multiple of BLOCK_K)
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, steps_full * BLOCK_K, K2, K, K2, n_mask,
+                        BLOCK_K, ASM, True)
+    y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
+    if s_lo == 0:
+        y = apply_escapes(y, x_ptr, 0, tl.arange(0, 1), M, offs_n, n_mask, row_ptr, esc_col_ptr,
+                          esc_delta_ptr, ESC_CHUNK)
+    return offs_n, y
+
+
 @triton.jit(do_not_specialize=["M"])
 def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
-                                out_ptr, ws_ptr, lock_ptr, M, N, K, K2, scale, steps, units, per,
-                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr,
-                                ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
-    """M == 1, stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p streams
-    K-step units ``[p*per, (p+1)*per)`` of the ``cdiv(N, BLOCK_N) * steps`` units, tile
-    by tile. ``PDL``: launched as a programmatic dependent launch; nothing is read or written before
-    ``griddepcontrol.wait`` returns, so the launch overlaps only the previous kernel's teardown."""
+                                out_ptr, ws_ptr, lock_ptr, M, N, K, K2, scale, steps, dp_tiles,
+                                units, per, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """M == 1, data-parallel rounds then stream-K (:mod:`specpilot.kernels.common.streamk`):
+    grid (P,); program p takes whole tiles p, p + P, ... below ``dp_tiles``, then K-step units
+    ``[p*per, (p+1)*per)`` of the ``units`` of the remaining tiles. ``PDL``: launched as a
+    programmatic dependent launch; nothing is read or written before ``griddepcontrol.wait``
+    returns, so the launch overlaps only the previous kernel's teardown."""
     p = tl.program_id(0)
-    u_lo = p * per
-    u_hi = tl.minimum(u_lo + per, units)
-    steps_full = K2 // BLOCK_K
     if PDL:
         gdc_wait()
+    for tile in range(p, dp_tiles, tl.num_programs(0)):
+        offs_n, y = gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
+                                 N, K, K2, scale, tile, 0, steps, BLOCK_N, BLOCK_K, ASM, ESC_CHUNK)
+        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
+                 mask=offs_n[None, :] < N)
+    u_lo = p * per
+    u_hi = tl.minimum(u_lo + per, units)
     u = u_lo
-    tile = u_lo // steps
+    tile = u_lo // steps  # counts the stream-K tiles from dp_tiles
     s_lo = u_lo - tile * steps
     while u < u_hi:
         s_hi = tl.minimum(steps, s_lo + (u_hi - u))
-        offs_n = tile.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < N
-        row = offs_n[:, None]
-        sm_rows = sm_ptr + row * (2 * K2)
-        nib_rows = nib_ptr + row * K2
-        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-        for s in range(s_lo, tl.minimum(s_hi, steps_full)):
-            acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, s * BLOCK_K, K2, K, K2, n_mask,
-                            BLOCK_K, ASM, False)
-        if s_hi > steps_full:  # the masked tail step (K2 not a multiple of BLOCK_K)
-            acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, steps_full * BLOCK_K, K2, K, K2,
-                            n_mask, BLOCK_K, ASM, True)
-        y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
-        if s_lo == 0:
-            y = apply_escapes(y, x_ptr, 0, tl.arange(0, 1), M, offs_n, n_mask, row_ptr,
-                              esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
+        offs_n, y = gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
+                                 N, K, K2, scale, dp_tiles + tile, s_lo, s_hi, BLOCK_N, BLOCK_K,
+                                 ASM, ESC_CHUNK)
         store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
                       per, steps, BLOCK_N)
         u += s_hi - s_lo
@@ -316,7 +334,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     if cfg["kernel"] == "gemv_sk":
         w12_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.steps,
-            plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
+            plan.dp_tiles, plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
             **({"maxnreg": cfg["MAX_REGS"]} if cfg["MAX_REGS"] else {}), **meta)
     elif plan.block_t is None:
         meta["SPLIT_K"] = plan.splits

@@ -40,6 +40,7 @@ CASES = [
     pytest.param(1, 67, 45, streamk(programs=4), id="M1-K67-N45-bf16-streamk-4"),
     pytest.param(1, 67, 45, streamk(programs=7), id="M1-K67-N45-bf16-streamk-7"),
     pytest.param(1, 67, 45, streamk(programs=1), id="M1-K67-N45-bf16-streamk-1"),
+    pytest.param(1, 200, 40, streamk(programs=2), id="M1-K200-N40-bf16-streamk-rounds"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-bf16-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-bf16-dot-split2"),
     pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3), id="M17-K67-N45-bf16-dot-split3"),

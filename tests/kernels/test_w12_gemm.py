@@ -45,6 +45,8 @@ CASES = [
     pytest.param(1, 67, 45, streamk(programs=7), id="M1-K67-N45-w12-streamk-7"),
     pytest.param(1, 67, 45, streamk(programs=1), id="M1-K67-N45-w12-streamk-1"),
     pytest.param(1, 128, 40, streamk(bn=16, programs=5), id="M1-K128-N40-w12-streamk-no-tail"),
+    # 5 tiles x 7 steps on 2 programs: two data-parallel rounds, then one tile shared.
+    pytest.param(1, 200, 40, streamk(programs=2), id="M1-K200-N40-w12-streamk-rounds"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
     pytest.param(17, 67, 45, dot(split=2), id="M17-K67-N45-w12-dot-split2"),
