@@ -14,6 +14,12 @@ results/h200-2026-11-30-w12-kernels-run7.json: a pure stream-K split, each progr
 stretch of the matrix, streamed the lm_head 8% slower than the grid GEMV at the same occupancy).
 Only the remaining tiles' K steps are shared.
 
+Measured on the H200 (runs 6-8, results/h200-2026-11-30-w12-kernels-run{6,7,8}.json): slower than
+the grid GEMVs on every decode shape of Qwen3.8-27B, bf16 and W12 alike, with the data-parallel
+rounds too (W12 lm_head 484.7 vs 453.2 us, gate_up 76.8 vs 71.9 us): a program that loops over
+tiles streams less than fresh CTAs do, and that costs more than the tail it removes. The kernels
+stay in the tuning spaces (``gemv_sk``), one config in each SWEEP, so other GPUs measure them too.
+
 A program's range is a list of *segments*, one per tile it touches: its first segment may start
 inside a tile, its last may end inside one, every one between is a whole tile. A whole tile is
 stored directly. A partial segment writes its fp32 partial to the workspace slot

@@ -70,11 +70,10 @@ SWEEP = [
     _config("dot", 64, 256, 1, 4, 3),
     _config("dot", 128, 128, 4, 4, 3),
     _config("dot", 128, 128, 2, 8, 3),
-    # Stream-K GEMVs (every program streams the same number of K steps; PDL: a programmatic
-    # dependent launch), about as many programs per SM as stay resident.
+    # One stream-K GEMV (every program streams the same number of K steps), so every sweep
+    # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
+    # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
     {"kernel": "gemv_sk", "BLOCK_N": 16, "BLOCK_K": 256, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
-     "num_warps": 4, "num_stages": 1, "PDL": 0},
-    {"kernel": "gemv_sk", "BLOCK_N": 8, "BLOCK_K": 512, "PROGRAMS_PER_SM": 9, "MAX_REGS": 56,
      "num_warps": 4, "num_stages": 1, "PDL": 0},
 ]
 

@@ -8,7 +8,8 @@ costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights t
 ``BLOCK_K`` counts *pairs* of columns: one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
 and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.
 
-``gemv_sk`` is the M == 1 GEMV under a stream-K schedule (:mod:`specpilot.kernels.common.streamk`):
+``gemv_sk`` (measured slower than ``gemv`` on every H200 shape: see SWEEP) is the M == 1 GEMV
+under a stream-K schedule (:mod:`specpilot.kernels.common.streamk`):
 ``PROGRAMS_PER_SM`` programs per SM share the K steps equally, so no program runs the tail alone;
 ``PDL`` (1: launched as a programmatic dependent launch, sm_90+, GPU only) lets its launch overlap
 the previous kernel's teardown; ``MAX_REGS`` (0: none) caps its registers per thread (ptxas
@@ -104,17 +105,12 @@ SWEEP = [
     _config("dot", 32, 128, 4, 2, 3, "prmt"),
     _config("dot", 64, 64, 2, 4, 3, "prmt"),
     _config("dot", 32, 128, 1, 2, 3, "int"),
-    # Stream-K GEMVs with as many resident programs per SM as their registers allow on sm_90. The
-    # GEMV keeps one K step's loads in flight per warp, so resident warps set its bandwidth:
-    # H200 run 6 (results/h200-2026-11-30-w12-kernels-run6.json) measured 8 x 256 with 4 warps at
-    # 72 registers (7 per SM) 13% slower than the grid GEMV at 55 (9 per SM); run 7, at 9 per SM
-    # with MAX_REGS 56 (ptxas -maxrregcount), still 8% slower on the lm_head, which has no tail:
-    # each program streamed its own stretch of the matrix. Whole rounds now go data-parallel.
-    _streamk(8, 256, 9, 4, 56),
+    # One stream-K GEMV, so every sweep re-measures it. On the H200 it lost to the grid GEMV on
+    # every shape in runs 6-8 (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json), at 7, 8 and 9
+    # programs per SM (MAX_REGS 56), pure stream-K and with data-parallel rounds, PDL on and off:
+    # lm_head 484.7 vs 453.2 us, gate_up 76.8 vs 71.9 us in run 8. A program that loops over
+    # tiles streams less than fresh CTAs do, and that costs more than the tail it removes.
     _streamk(8, 256, 8, 4, 0),
-    _streamk(8, 128, 18, 2, 56),
-    _streamk(16, 256, 4, 4, 0),
-    _streamk(8, 256, 9, 4, 56, pdl=1),
 ]
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
