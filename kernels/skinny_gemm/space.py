@@ -5,7 +5,8 @@ a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps equ
 programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
-N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``num_warps``, ``num_stages``. BLOCK_T
+N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
+software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``, ``num_stages``. BLOCK_T
 is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
 environment.
 """
@@ -25,6 +26,7 @@ PARAMS = {
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
+        "K_STAGES": [1, 2, 3, 4],
     },
     "gemv_sk": {
         "BLOCK_N": [8, 16, 32],
@@ -55,9 +57,10 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int) -> dict:
-    return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
-            "num_warps": num_warps, "num_stages": num_stages}
+            num_stages: int, k_stages: int = 1) -> dict:
+    config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
+              "num_warps": num_warps, "num_stages": num_stages}
+    return {**config, "K_STAGES": k_stages} if kernel == "gemv" else config
 
 
 SWEEP = [
@@ -65,6 +68,10 @@ SWEEP = [
     _config("gemv", 16, 256, 1, 4, 3),
     _config("gemv", 16, 512, 2, 4, 3),
     _config("gemv", 16, 256, 4, 4, 3),
+    # The K loop software-pipelined (cp.async into shared memory).
+    _config("gemv", 8, 512, 1, 4, 3, k_stages=3),
+    _config("gemv", 16, 256, 1, 4, 3, k_stages=3),
+    _config("gemv", 8, 256, 1, 4, 3, k_stages=4),
     _config("dot", 64, 128, 1, 4, 4),
     _config("dot", 128, 128, 1, 4, 3),
     _config("dot", 64, 256, 1, 4, 3),
@@ -159,7 +166,7 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
         bk = 512 if k >= 4096 else 256
         split = _split_for(cdiv(n, 16), cdiv(k, bk), num_sms, 4)
         return {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": bk, "SPLIT_K": split,
-                "num_warps": 4, "num_stages": 3}
+                "num_warps": 4, "num_stages": 3, "K_STAGES": 1}
     bn = 128 if n >= 128 * num_sms else 64
     split = _split_for(cdiv(n, bn), cdiv(k, 128), num_sms, 2)
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split,

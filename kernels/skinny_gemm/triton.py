@@ -26,8 +26,9 @@ from specpilot.kernels.skinny_gemm import space
 @triton.jit(do_not_specialize=["M"])
 def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
                                 k_per_split, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                SPLIT_K: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``."""
+                                SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr):
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``;
+    ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -36,7 +37,7 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=K_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_mask = offs_k < k_hi
         w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
@@ -165,7 +166,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
     if plan.block_t is None:
         skinny_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
-            plan.k_per_split, **meta)
+            plan.k_per_split, K_STAGES=cfg["K_STAGES"], **meta)
     else:
         skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),

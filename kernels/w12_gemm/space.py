@@ -5,7 +5,8 @@ Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decod
 in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
 measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
 costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed).
-``BLOCK_K`` counts *pairs* of columns: one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
+``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
+shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
 and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.
 
 ``gemv_sk`` (measured slower than ``gemv`` on every H200 shape: see SWEEP) is the M == 1 GEMV
@@ -41,6 +42,7 @@ PARAMS = {
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
+        "K_STAGES": [1, 2, 3, 4],
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4],
     },
@@ -78,10 +80,11 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, decode: str, esc_chunk: int = 1) -> dict:
-    return {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
-            "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
-            "ESC_CHUNK": esc_chunk}
+            num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1) -> dict:
+    config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
+              "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
+              "ESC_CHUNK": esc_chunk}
+    return {**config, "K_STAGES": k_stages} if kernel == "gemv" else config
 
 
 def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
@@ -96,6 +99,14 @@ SWEEP = [
     _config("gemv", 8, 256, 1, 4, 3, "prmt"),
     _config("gemv", 16, 512, 2, 4, 3, "prmt"),
     _config("gemv", 16, 256, 2, 4, 3, "prmt"),
+    # The K loop software-pipelined (cp.async): 8 x 256 keeps 56 registers and takes 14 KiB of
+    # shared memory at 3 stages on sm_90, so as many programs stay resident as unpipelined.
+    _config("gemv", 8, 256, 1, 4, 3, "prmt", k_stages=2),
+    _config("gemv", 8, 256, 1, 4, 3, "prmt", k_stages=3),
+    _config("gemv", 8, 256, 1, 4, 3, "prmt", k_stages=4),
+    _config("gemv", 16, 256, 2, 4, 3, "prmt", k_stages=3),
+    _config("gemv", 8, 256, 2, 4, 3, "prmt", k_stages=3),
+    _config("gemv", 8, 128, 1, 4, 3, "prmt", k_stages=4),
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),

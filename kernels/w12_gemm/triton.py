@@ -128,8 +128,12 @@ def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: t
 def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                              ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``."""
+                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr):
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``.
+
+    ``K_STAGES > 1`` software-pipelines the K loop (``cp.async`` into shared memory): that many
+    K steps' tiles in flight per warp without holding them in registers (a GEMV loop with no
+    ``tl.dot`` is pipelined only when asked)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -142,7 +146,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
     j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for j0 in range(j_lo, j_full, BLOCK_K):
+    for j0 in tl.range(j_lo, j_full, BLOCK_K, num_stages=K_STAGES):
         acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, ASM,
                         False)
     if j_full < j_hi:
@@ -340,7 +344,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            **meta)
+            K_STAGES=cfg["K_STAGES"], **meta)
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,

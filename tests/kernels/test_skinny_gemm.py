@@ -14,9 +14,9 @@ from specpilot.kernels.skinny_gemm.reference import skinny_gemm_ref
 from specpilot.kernels.skinny_gemm.triton import skinny_gemm as skinny_gemm_triton
 
 
-def gemv(bn=16, bk=32, split=1):
+def gemv(bn=16, bk=32, split=1, k_stages=1):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
-            "num_stages": 1}
+            "num_stages": 1, "K_STAGES": k_stages}
 
 
 def dot(bn=16, bk=16, split=1):
@@ -33,6 +33,7 @@ def streamk(bn=8, bk=16, programs=None):
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-bf16-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
+    pytest.param(1, 200, 45, gemv(bn=8, bk=16, k_stages=3), id="M1-K200-N45-bf16-gemv-pipelined"),
     pytest.param(1, 67, 45, dot(), id="M1-K67-N45-bf16-dot"),
     # Stream-K: 6 tiles x 5 K steps (the last one masked); one program per step, 4 and 7
     # programs (ranges starting and ending inside tiles), one program for everything.

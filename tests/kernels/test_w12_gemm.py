@@ -17,9 +17,9 @@ from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 
 
-def gemv(bn=16, bk=16, split=1, esc=1):
+def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
-            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc}
+            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "K_STAGES": k_stages}
 
 
 def dot(bn=16, bk=16, split=1, warps=4, esc=1):
@@ -36,6 +36,7 @@ def streamk(bn=8, bk=16, programs=None, esc=1):
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-w12-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
+    pytest.param(1, 200, 45, gemv(bn=8, k_stages=3), id="M1-K200-N45-w12-gemv-pipelined"),
     pytest.param(1, 66, 45, dot(), id="M1-K66-N45-w12-dot"),
     # Stream-K: 6 tiles x 3 steps (the last one a masked tail); one program per step (every tile
     # summed from three partials), 4 and 7 programs (ranges that start and end inside tiles and
