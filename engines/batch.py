@@ -24,6 +24,16 @@ windows -> drafts) and the rest (verify, greedy acceptance with the replayed row
 the stop/budget clip, the commit -> the table the host reads). Between them the host may overwrite
 replayed rows' drafts. Requests that sample run the same parts eagerly.
 
+The confidence budget (the recipe's ``verify_budget='sps'``, any drafter family) sizes each step's
+verify from the drafts: the draft part also writes each row's confidence per draft (DSpark's
+confidence head, else the drafter's own probability of its draft); the host reads them (a second
+read per step) and runs DSpark's scheduler over the whole batch, which gives each request a verify
+length (the extra tokens go to the highest survival probabilities while the expected tokens per
+second, with the recipe's measured steps/s by verify tokens, still rise). The step verifies the
+smallest captured width that holds the longest length, and each row keeps at most its own
+length's drafts (then the target's token there, so the output is the greedy one whatever the
+lengths). Fewer rows pay only where the verify forward is compute-bound.
+
 Two-stage verification (the recipe's ``two_stage`` for a bucket) splits the rest in two: the first
 stage verifies a prefix of every row's window and marks the rows whose drafts all passed through
 it; the host reads how many (a second read per step) and runs the second stage, captured per
@@ -41,6 +51,7 @@ from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
 from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import request_state_bytes
+from specpilot.engines.decode.budget import choose_verify_lengths
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.drafters.replay import ReplayPlan
@@ -91,10 +102,13 @@ class BatchEngine:
         engine uses them (token forcing steps eagerly anyway)."""
         self.min_rows, self._capture_graphs = min_rows, capture
         recipe = engine.recipe
-        if recipe.verify_budget != "static" or recipe.draft_sampling != "greedy":
-            raise ValueError(f"recipe {recipe.name!r}: batched decoding runs verify_budget='static' "
-                             "with greedy drafts only (budgeted verify and sampled drafts are "
-                             "single-request for now)")
+        if recipe.draft_sampling != "greedy":
+            raise ValueError(f"recipe {recipe.name!r}: batched decoding runs greedy drafts only "
+                             "(sampled drafts are single-request for now)")
+        if recipe.verify_budget == "sps" and recipe.two_stage:
+            raise ValueError(f"recipe {recipe.name!r}: the confidence budget (verify_budget='sps') "
+                             "chooses one verify width per step; it does not combine with "
+                             "two_stage")
         if recipe.tree_verify:
             raise ValueError(f"recipe {recipe.name!r}: tree verification is single-request for "
                              "now; batched decoding verifies one chain per request")
@@ -140,12 +154,21 @@ class BatchEngine:
             # two-stage verify: the rows whose first stage passed (written by the first stage)
             self._passed = torch.zeros(max_batch, dtype=torch.bool, device=device)
             self._agrees_through = torch.zeros(max_batch, dtype=torch.bool, device=device)
+            # the confidence budget: each row's confidence per draft (written by the draft part)
+            # and the most drafts it may keep this step (written by the host before the verify)
+            self._conf = torch.zeros(max_batch, draft - 1, device=device)
+            self._limit = torch.full((max_batch,), block, dtype=torch.long, device=device)
+        self._budget = engine.drafter is not None and engine.recipe.verify_budget == "sps"
+        self.last_widths: list[int] = []  # the width each budgeted step verified
         self._views: dict[int, tuple] = {}
-        use_graphs = engine.use_graphs
+        # a budgeted step's width is chosen on the host: one graph per (bucket, width)
+        use_graphs = engine.use_graphs or (self._budget and engine.recipe.cuda_graphs
+                                           and device.type == "cuda")
         self.pad = use_graphs if pad_to_buckets is None else pad_to_buckets
         self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
         self._graphs: dict[int, tuple] = {}  # bucket -> (first part, second part)
         self._stage2_graphs: dict[tuple[int, int], object] = {}  # (bucket, passed bucket) -> graph
+        self._budget_graphs: dict[tuple[int, int], object] = {}  # (bucket, width) -> verify graph
         self._num_sampled = self._num_replayed = self._num_forced = 0
         self._step_kept: list[int] = []  # tokens forcing let each row keep so far this step
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
@@ -329,10 +352,36 @@ class BatchEngine:
             elif self._forced_dirty:
                 self._forced.fill_(-1)
                 self._forced_dirty = False
-            table = graphs[1]() if graphs else self._verify(size, self._forced)
+            if self._budget:
+                width = self._budget_width(n, size)
+                table = (self._budget_graphs[(size, width)]() if graphs
+                         else self._verify(size, self._forced, width))
+            else:
+                table = graphs[1]() if graphs else self._verify(size, self._forced)
             if self._stages(size)[1] is not None:
                 table = self._second_stage(size, table, graphs is not None)
         return self._deliver(self.transfers.fetch(table[:n]))
+
+    def budget_widths(self, size: int) -> list[int]:
+        """The verify widths a budgeted step over ``size`` rows may take (each captured): about
+        geometric steps up to the bucket's window."""
+        window = self._width(size)
+        return sorted({w for w in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if w < window} | {window})
+
+    def _budget_width(self, n: int, size: int) -> int:
+        """The confidence budget (``verify_budget='sps'``, DSpark's scheduler over the whole
+        batch: :func:`~specpilot.engines.decode.budget.choose_verify_lengths` with the recipe's
+        measured steps/s by verify tokens): one host read of the rows' draft confidences, each
+        row's verify length, and the smallest captured width that holds the longest; a row keeps
+        at most its own length's drafts (``_limit``; one upload)."""
+        window = self._width(size)
+        lengths = choose_verify_lengths(self._conf[:n, :window - 1],
+                                        self.engine.recipe.sps_table)[1]
+        width = next(w for w in self.budget_widths(size) if w >= max(lengths))
+        limits = [length - 1 for length in lengths] + [window] * (size - n)
+        self._limit[:size].copy_(torch.tensor(limits, dtype=torch.long))
+        self.last_widths.append(width)
+        return width
 
     def _second_stage(self, size: int, table: torch.Tensor, captured: bool) -> torch.Tensor:
         """After a first stage: the second over the rows that passed it (one host read of their
@@ -404,17 +453,24 @@ class BatchEngine:
         block_ids, positions = self._block_ids[:size], self._positions[:size]
         block_ids[:, 0] = self.rows.pending[:size]
         torch.add(self.rows.committed[:size, None], self._offsets, out=positions)
-        drafts, _ = self.engine._draft_fn(draft, block_ids, positions)
+        e = self.engine
+        drafts, _ = e._draft_fn(draft, block_ids, positions)
+        if self._budget:  # DSpark's confidence head, else the drafter's own draft probability
+            conf = e._confidence if e._own_confidence else e.drafter.last_confidence
+            self._conf[:size, :conf.shape[1]].copy_(conf[:, :self._conf.shape[1]])
         return self._drafts[:size].copy_(drafts)[:, :self._width(size) - 1]
 
-    def _verify(self, size: int, forced: torch.Tensor) -> torch.Tensor:
-        """Second part: verify every row's window (:meth:`_width` positions), or with two stages
+    def _verify(self, size: int, forced: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """Second part: verify every row's window (:meth:`_width` positions; ``width``: a budgeted
+        step's, each row keeping at most its ``_limit`` drafts), or with two stages
         its first stage (the window's first ``prefix`` positions), marking in ``_passed`` the rows
         whose drafts all passed through position ``prefix``: their first ``prefix - 1`` drafts
         were accepted and the target's token after them is draft ``prefix`` (a replayed row: its
         drawn count reaches ``prefix``, and it keeps draft ``prefix`` there, as one verify of the
         window would), with nothing clipped (stop token, budget)."""
         window, prefix = self._stages(size)
+        if width is not None:
+            return self._verify_window(size, forced, 0, width)[0]
         if prefix is None:
             return self._verify_window(size, forced, 0, window)[0]
         table, num_accepted, bonus, force, target_bonus = self._verify_window(
@@ -477,6 +533,12 @@ class BatchEngine:
         bonus = torch.where(force >= 0, at_take.argmax(dim=-1), bonus)
         if follows:
             bonus = torch.where(force >= width, self._drafts[:size, offset + width - 1], bonus)
+        if self._budget:  # a row keeps at most its budget's drafts, then the target's token there
+            limit = self._limit[:size].clamp(max=width - 1)
+            at_limit = logits.gather(1, limit[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+            cut = num_accepted > limit
+            num_accepted = torch.where(cut, limit, num_accepted)
+            bonus = torch.where(cut, at_limit.argmax(dim=-1), bonus)
         if self._num_sampled:
             num_accepted, bonus = num_accepted.clone(), bonus.clone()
             for i, r in enumerate(self.running):
@@ -499,6 +561,11 @@ class BatchEngine:
         for size in self.buckets:
             if self.engine.drafter is None:
                 self._graphs[size] = (CapturedStep(lambda s=size: self._decode(s), {}, pool),)
+            elif self._budget:
+                self._graphs[size] = (CapturedStep(lambda s=size: self._draft(s), {}, pool),)
+                for w in self.budget_widths(size):
+                    self._budget_graphs[(size, w)] = CapturedStep(
+                        lambda s=size, w=w: self._verify(s, self._forced, w), {}, pool)
             else:
                 self._graphs[size] = (
                     CapturedStep(lambda s=size: self._draft(s), {}, pool),

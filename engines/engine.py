@@ -143,7 +143,7 @@ class Engine:
         rows = self.drafter.query_rows(block_ids.shape[1])
         hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
                               draft_cache)
-        if self._own_confidence and temperature <= 0:  # eager only: sps verify is never captured
+        if self._own_confidence and temperature <= 0:  # the budget reads _confidence after
             drafts, logits = self.drafter.draft_logits(hidden, block_ids[:, 0], self.target.lm_head)
             self._confidence = _probability_of(torch.softmax(logits.float(), dim=-1), drafts)
             return drafts, None

@@ -5,7 +5,9 @@ The tiny CPU settings run with their engine moved to ``cuda`` (float32 by defaul
 batch-size dependent GEMM rounding cannot flip a near-tie). For each, 8 concurrent requests with
 ragged prompts, lengths and stop tokens go through a ``BatchEngine`` (graphs captured at
 construction, padded buckets) for AR, stock, stock with replay rollback, AR with batched prefill
-and stock with batched prefill and the fused snapshot kernel, and one request at a time through the
+and stock with batched prefill and the fused snapshot kernel, two-stage verification, and the
+confidence budget (one captured verify per bucket and width; steep and flat steps/s tables,
+greedy and replayed acceptance), and one request at a time through the
 captured stock engine (per-token and fused snapshot kernels). Every output must equal the request's greedy AR output
 alone, token for token.
 Writes ``$OUT/gpu-parity.json``; exits 1 on any mismatch.
@@ -66,6 +68,10 @@ def check(setting) -> dict:
                       "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
                       "tau": _tau([n for s in single for n in s.accept_lengths])}
     two_stage = STOCK.replace(two_stage=((2, 10, 3),))
+    # the confidence budget: a steep steps/s table verifies narrow, a flat one whole windows
+    steep = STOCK.replace(verify_budget="sps", sps_table=((1, 100.0), (4, 60.0), (8, 30.0),
+                                                          (64, 4.0)))
+    flat = STOCK.replace(verify_budget="sps", sps_table=((1, 100.0), (256, 100.0)))
     for label, recipe, replay in (
             ("batched_ar", AR, False), ("batched_stock", STOCK, False),
             ("batched_stock_replay", STOCK.replace(gdn_rollback="replay"), False),
@@ -74,7 +80,10 @@ def check(setting) -> dict:
             # two stages (attention-only targets); replayed acceptance (drafts = the AR tokens,
             # counts drawn at tau 6) so that second stages run on the tiny pair
             ("batched_two_stage", two_stage, False),
-            ("batched_two_stage_replayed", two_stage, True)):
+            ("batched_two_stage_replayed", two_stage, True),
+            ("batched_budget_steep", steep, False),
+            ("batched_budget_steep_replayed", steep, True),
+            ("batched_budget_flat_replayed", flat, True)):
         started = time.perf_counter()
         try:
             batch = BatchEngine(models.engine(recipe), NUM_REQUESTS)
@@ -104,6 +113,8 @@ def check(setting) -> dict:
         out[label] = {"graphs": bool(batch._graphs), "buckets": batch.buckets,
                       "capture_s": capture_s, "steps": steps,
                       "second_stage_rows": sum(second_stage_rows),
+                      "budget_widths": {str(w): batch.last_widths.count(w)
+                                        for w in sorted(set(batch.last_widths))},
                       "mismatched_requests": sum(g != e for g, e in zip(got, expected)),
                       "first_mismatch": next(({"request": i, "got": g, "expected": e}
                                               for i, (g, e) in enumerate(zip(got, expected))

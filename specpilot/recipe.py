@@ -50,11 +50,14 @@ class Recipe:
     gemm: Literal["torch", "triton"] = "torch"
     """Linear layers (target and drafter): cuBLAS, or the tuned skinny Triton GEMM for <= 64 rows."""
     verify_budget: Literal["static", "sps"] = "static"
-    """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget (eager),
-    for every drafter family: DSpark's confidence head, else the drafter's own probability of each
-    draft, is the survival estimate."""
+    """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget, for
+    every drafter family: DSpark's confidence head, else the drafter's own probability of each
+    draft, is the survival estimate. One request: eager, the verify cut to the budget's length. A
+    batch: one budget over all running requests, each step verifying the smallest captured width
+    that holds the longest request's length, each request keeping at most its own."""
     sps_table: tuple[tuple[int, float], ...] = ()
-    """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps."""
+    """Measured steps/s by verify tokens per step (all requests' together in a batch) on this GPU
+    and engine, for verify_budget=sps."""
     w12: tuple[str, ...] = ()
     """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
     ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""

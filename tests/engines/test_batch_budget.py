@@ -1,0 +1,115 @@
+"""The confidence budget in the batched engine (``verify_budget='sps'``): each step's width and each
+request's verify length come from the drafts' confidences and the steps/s table, and the output is
+still every request's greedy AR continuation."""
+
+import pytest
+import torch
+
+from specpilot.build import load_models
+from specpilot.datasets import load_prompts
+from specpilot.engines.batch import BatchEngine
+from specpilot.engines.batch import Running
+from specpilot.engines.batch import run_requests
+from specpilot.engines.engine import SamplingParams
+from specpilot.recipe import AR
+from specpilot.recipe import STOCK
+from specpilot.settings import load_setting
+
+# Steps/s falling fast with verify tokens: the budget verifies few positions (a compute-bound
+# forward); flat: every position is worth verifying (a weight-bound one).
+STEEP = ((1, 100.0), (4, 60.0), (8, 30.0), (64, 4.0))
+FLAT = ((1, 100.0), (256, 100.0))
+
+
+def _setup(setting: str, n: int):
+    models = load_models(load_setting(setting))
+    texts = load_prompts("gsm8k", n)
+    prompts = [models.tokenizer.encode(t).ids[:8 + 3 * i] for i, t in enumerate(texts)]
+    lengths = [20, 9, 16, 12, 18][:n]
+    ar = models.engine(AR)
+    refs = [ar.generate(p, SamplingParams(max_new_tokens=k, ignore_eos=True)).tokens
+            for p, k in zip(prompts, lengths)]
+    return models, prompts, lengths, refs
+
+
+def _run(batch, prompts, lengths):
+    requests = [Running(str(i), list(p), SamplingParams(max_new_tokens=k, ignore_eos=True), set())
+                for i, (p, k) in enumerate(zip(prompts, lengths))]
+    run_requests(batch, requests)
+    return requests
+
+
+def _oracle_drafts(batch: BatchEngine, refs: dict[str, list[int]], confidence: float):
+    """Drafts equal to each row's greedy AR continuation, so the target accepts them all and only
+    the budget's lengths cut the steps (the tiny drafter alone accepts ~none), each with this
+    confidence (the drafter's own is ~1/vocab, whose survival vanishes after a few drafts)."""
+    engine = batch.engine
+    draft_fn = engine._draft_fn
+
+    def draft(cache, block_ids, positions, *args, **kwargs):
+        drafts, q = draft_fn(cache, block_ids, positions, *args, **kwargs)
+        drafts = drafts.clone()
+        for i, req in enumerate(batch.running):
+            ref, start = refs[req.request_id], int(positions[i, 0]) - len(req.prompt_ids) + 1
+            for j in range(drafts.shape[1]):
+                drafts[i, j] = ref[start + j] if start + j < len(ref) else 0
+        engine._confidence = torch.full(drafts.shape, confidence)
+        return drafts, q
+
+    engine._draft_fn = draft
+
+
+@pytest.mark.parametrize("setting", ["cpu_c1_tiny-muse", "cpu_c1_tiny", "cpu_c1_tiny-muse-dspark"])
+@pytest.mark.parametrize("pad", [True, False])
+def test_budgeted_batch_equals_greedy_ar(setting, pad):
+    """Every drafter family (DFlash2 on Muse, DFlash on the hybrid Qwen3.5 pair, DSpark's
+    confidence head): ragged requests decode to their greedy AR tokens under a steep table, which
+    verifies narrower than the window."""
+    models, prompts, lengths, refs = _setup(setting, 4)
+    engine = models.engine(STOCK.replace(name="budget", verify_budget="sps", sps_table=STEEP))
+    batch = BatchEngine(engine, 4, pad_to_buckets=pad)
+    requests = _run(batch, prompts, lengths)
+    assert [r.tokens for r in requests] == refs
+    window = engine.block_size
+    assert batch.last_widths and min(batch.last_widths) < window
+    assert set(batch.last_widths) <= {w for b in batch.buckets for w in batch.budget_widths(b)}
+
+
+def test_lengths_cut_what_a_row_keeps():
+    """Drafts the target accepts whole, confidence 0.9 each: a flat table verifies whole windows
+    and a step keeps up to the block; a steep one verifies fewer positions and each row keeps at
+    most its own length (then the target's token). Both give the greedy tokens."""
+    models, prompts, lengths, refs = _setup("cpu_c1_tiny-muse", 3)
+    block = models.engine(STOCK).block_size
+    kept = {}
+    for name, table in (("flat", FLAT), ("steep", STEEP)):
+        engine = models.engine(STOCK.replace(name=name, verify_budget="sps", sps_table=table))
+        batch = BatchEngine(engine, 3, pad_to_buckets=True)
+        _oracle_drafts(batch, {str(i): r for i, r in enumerate(refs)}, 0.9)
+        requests = _run(batch, prompts, lengths)
+        assert [r.tokens for r in requests] == refs
+        kept[name] = max(max(r.accept_lengths) for r in requests)
+        assert max(r.accept_lengths[0] for r in requests) <= batch.last_widths[0]
+    assert kept["flat"] == block  # whole windows verified and accepted
+    assert 1 < kept["steep"] < block
+
+
+def test_budget_is_refused_with_two_stage_and_sampled_drafts():
+    models = load_models(load_setting("cpu_c1_tiny-muse"))
+    budget = STOCK.replace(name="b", verify_budget="sps", sps_table=FLAT)
+    with pytest.raises(ValueError, match="two_stage"):
+        BatchEngine(models.engine(budget.replace(two_stage=((2, 8, 3),))), 2)
+    with pytest.raises(ValueError, match="greedy drafts"):
+        BatchEngine(models.engine(STOCK.replace(name="s", draft_sampling="sample")), 2)
+
+
+def test_confidences_are_the_drafters():
+    """The draft part writes each row's confidence per draft: probabilities in [0, 1]."""
+    models, prompts, lengths, _ = _setup("cpu_c1_tiny-muse", 2)
+    engine = models.engine(STOCK.replace(name="b", verify_budget="sps", sps_table=FLAT))
+    batch = BatchEngine(engine, 2)
+    for i, p in enumerate(prompts):
+        batch.add(Running(str(i), list(p), SamplingParams(max_new_tokens=4, ignore_eos=True), set()))
+    batch.step()
+    conf = batch._conf[:2]
+    assert torch.all((conf >= 0) & (conf <= 1)) and float(conf.sum()) > 0
