@@ -230,7 +230,7 @@ def _run_batched(candidate, concurrency: int, prompts: list[list[int]], params,
         try:
             batch = BatchEngine(candidate, concurrency, pad_to_buckets=True, min_rows=rows,
                                 capture=False)  # forced steps run eagerly
-        except (ValueError, SpecPilotError):  # tree, confidence budget, out of memory
+        except (ValueError, SpecPilotError):  # tree, sampled drafts, out of memory
             if k:  # every pass builds the same engine: this one ran out of memory only now
                 raise
             return None, []

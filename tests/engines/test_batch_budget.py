@@ -113,3 +113,17 @@ def test_confidences_are_the_drafters():
     batch.step()
     conf = batch._conf[:2]
     assert torch.all((conf >= 0) & (conf <= 1)) and float(conf.sum()) > 0
+
+
+def test_token_forcing_at_a_batch_setting_runs_the_budget():
+    """The gate forces a budgeted recipe through the batched engine (the hybrid pair, whose drafter
+    accepts some drafts), each step's width chosen by the budget."""
+    from specpilot.validation import validate_engine
+
+    models = load_models(load_setting("cpu_c1_tiny"))
+    prompts = [models.tokenizer.encode(t).ids[:16] for t in load_prompts("gsm8k", 5)]
+    engine = models.engine(STOCK.replace(name="b", verify_budget="sps", sps_table=STEEP))
+    report = validate_engine(models.engine(AR), engine, prompts,
+                             SamplingParams(max_new_tokens=20), concurrency=4)
+    assert report.passed, report.failures
+    assert report.concurrency == 4 and report.buckets and report.num_tokens == 5 * 20
