@@ -17,7 +17,7 @@ acceptance on the host, uploaded for all replayed rows in one copy.
 CUDA graphs per batch bucket: a step of n requests runs on the smallest bucket (1, 2, 4, .. up to
 ``max_batch``) that holds them, verifying the recipe's width for that bucket (``verify_widths``:
 fewer positions per request once many rows share the forward; the whole block by default);
-rows n .. bucket-1 are inert (no budget: they keep nothing, and a row is reset when a request is
+rows n .. bucket-1 are inert (no token budget: they keep nothing, and a row is reset when a request is
 prefilled into it). The step is two fixed-shape parts, each captured once per bucket when the
 engine is built (the batch is empty then, so capture disturbs nothing): the draft (rows' verify
 windows -> drafts) and the rest (verify, greedy acceptance with the replayed rows' forced counts,
@@ -26,13 +26,14 @@ replayed rows' drafts. Requests that sample run the same parts eagerly.
 
 The confidence budget (the recipe's ``verify_budget='sps'``, any drafter family) sizes each step's
 verify from the drafts: the draft part also writes each row's confidence per draft (DSpark's
-confidence head, else the drafter's own probability of its draft); the host reads them (a second
-read per step) and runs DSpark's scheduler over the whole batch, which gives each request a verify
-length (the extra tokens go to the highest survival probabilities while the expected tokens per
-second, with the recipe's measured steps/s by verify tokens, still rise). The step verifies the
-smallest captured width that holds the longest length, and each row keeps at most its own
-length's drafts (then the target's token there, so the output is the greedy one whatever the
-lengths). Fewer rows pay only where the verify forward is compute-bound.
+confidence head, else the drafter's own probability of its draft); the host reads, per candidate
+width, the tokens the rows are expected to keep (DSpark's survival estimate: the products of their
+confidences, none past a row's remaining budget; a second read per step) and verifies the captured
+width with the most expected tokens per second, priced by the recipe's measured steps/s at the
+forward's real shape (bucket rows x width). Every row verifies that width and keeps what it
+accepts, so the output is the greedy one whatever the width. Per-request lengths would need ragged
+verify rows; in this padded layout the budget is per step, over every request's confidences. Fewer
+positions pay only where the verify forward is compute-bound.
 
 Two-stage verification (the recipe's ``two_stage`` for a bucket) splits the rest in two: the first
 stage verifies a prefix of every row's window and marks the rows whose drafts all passed through
@@ -43,6 +44,7 @@ pending KV is dropped at the commit). Attention-only targets: a hybrid target's 
 has no keep-nothing commit.
 """
 
+import collections
 import dataclasses
 
 import torch
@@ -51,7 +53,7 @@ from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
 from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import request_state_bytes
-from specpilot.engines.decode.budget import choose_verify_lengths
+from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.drafters.replay import ReplayPlan
@@ -155,11 +157,9 @@ class BatchEngine:
             self._passed = torch.zeros(max_batch, dtype=torch.bool, device=device)
             self._agrees_through = torch.zeros(max_batch, dtype=torch.bool, device=device)
             # the confidence budget: each row's confidence per draft (written by the draft part)
-            # and the most drafts it may keep this step (written by the host before the verify)
             self._conf = torch.zeros(max_batch, draft - 1, device=device)
-            self._limit = torch.full((max_batch,), block, dtype=torch.long, device=device)
         self._budget = engine.drafter is not None and engine.recipe.verify_budget == "sps"
-        self.last_widths: list[int] = []  # the width each budgeted step verified
+        self.budget_steps: collections.Counter = collections.Counter()  # width -> budgeted steps
         self._views: dict[int, tuple] = {}
         # a budgeted step's width is chosen on the host: one graph per (bucket, width)
         use_graphs = engine.use_graphs or (self._budget and engine.recipe.cuda_graphs
@@ -369,18 +369,22 @@ class BatchEngine:
         return sorted({w for w in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if w < window} | {window})
 
     def _budget_width(self, n: int, size: int) -> int:
-        """The confidence budget (``verify_budget='sps'``, DSpark's scheduler over the whole
-        batch: :func:`~specpilot.engines.decode.budget.choose_verify_lengths` with the recipe's
-        measured steps/s by verify tokens): one host read of the rows' draft confidences, each
-        row's verify length, and the smallest captured width that holds the longest; a row keeps
-        at most its own length's drafts (``_limit``; one upload)."""
+        """The confidence budget (``verify_budget='sps'``): of :meth:`budget_widths`, the width
+        ``w`` with the most expected tokens per second, ``E(w) * SPS(size * w)``, where ``E(w)`` sums
+        over the live rows 1 + the survival probabilities (products of the draft confidences) of
+        their first ``w - 1`` drafts, none past a row's remaining budget, and ``SPS`` is the
+        recipe's measured steps/s by verify tokens. Ties go to the narrower width. One host read."""
         window = self._width(size)
-        lengths = choose_verify_lengths(self._conf[:n, :window - 1],
-                                        self.engine.recipe.sps_table)[1]
-        width = next(w for w in self.budget_widths(size) if w >= max(lengths))
-        limits = [length - 1 for length in lengths] + [window] * (size - n)
-        self._limit[:size].copy_(torch.tensor(limits, dtype=torch.long))
-        self.last_widths.append(width)
+        surv = torch.cumprod(self._conf[:n, :window - 1].float(), dim=1)
+        remaining = self.rows.remaining[:n]
+        keepable = torch.arange(window - 1, device=surv.device)[None, :] < remaining[:, None] - 1
+        surv = torch.where(keepable, surv, 0.0)
+        expected = torch.cat([(remaining > 0).sum()[None].float(),
+                              surv.sum(dim=0)]).cumsum(0).tolist()  # expected[w - 1]: E(w)
+        table = self.engine.recipe.sps_table
+        width = max(self.budget_widths(size),
+                    key=lambda w: (expected[w - 1] * steps_per_second(table, size * w), -w))
+        self.budget_steps[width] += 1
         return width
 
     def _second_stage(self, size: int, table: torch.Tensor, captured: bool) -> torch.Tensor:
@@ -462,7 +466,7 @@ class BatchEngine:
 
     def _verify(self, size: int, forced: torch.Tensor, width: int | None = None) -> torch.Tensor:
         """Second part: verify every row's window (:meth:`_width` positions; ``width``: a budgeted
-        step's, each row keeping at most its ``_limit`` drafts), or with two stages
+        step's), or with two stages
         its first stage (the window's first ``prefix`` positions), marking in ``_passed`` the rows
         whose drafts all passed through position ``prefix``: their first ``prefix - 1`` drafts
         were accepted and the target's token after them is draft ``prefix`` (a replayed row: its
@@ -533,12 +537,6 @@ class BatchEngine:
         bonus = torch.where(force >= 0, at_take.argmax(dim=-1), bonus)
         if follows:
             bonus = torch.where(force >= width, self._drafts[:size, offset + width - 1], bonus)
-        if self._budget:  # a row keeps at most its budget's drafts, then the target's token there
-            limit = self._limit[:size].clamp(max=width - 1)
-            at_limit = logits.gather(1, limit[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
-            cut = num_accepted > limit
-            num_accepted = torch.where(cut, limit, num_accepted)
-            bonus = torch.where(cut, at_limit.argmax(dim=-1), bonus)
         if self._num_sampled:
             num_accepted, bonus = num_accepted.clone(), bonus.clone()
             for i, r in enumerate(self.running):

@@ -113,8 +113,8 @@ def check(setting) -> dict:
         out[label] = {"graphs": bool(batch._graphs), "buckets": batch.buckets,
                       "capture_s": capture_s, "steps": steps,
                       "second_stage_rows": sum(second_stage_rows),
-                      "budget_widths": {str(w): batch.last_widths.count(w)
-                                        for w in sorted(set(batch.last_widths))},
+                      "budget_widths": {str(w): batch.budget_steps[w]
+                                        for w in sorted(batch.budget_steps)},
                       "mismatched_requests": sum(g != e for g, e in zip(got, expected)),
                       "first_mismatch": next(({"request": i, "got": g, "expected": e}
                                               for i, (g, e) in enumerate(zip(got, expected))

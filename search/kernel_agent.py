@@ -41,7 +41,13 @@ def farthest(survey_rows: list[dict], read_tb_s: float) -> dict | None:
 
 
 def study_name(setting: str, n: int, k: int, bucket: int, kernel_key: str) -> str:
-    return f"{setting}:{KERNEL_OP}:{n}x{k}:m{bucket}:{kernel_key}"
+    """One study per setting, shape, M bucket, environment and tuning space (``space_id``: a study
+    of an older space refuses the new space's choices, so it is left alone)."""
+    from specpilot.kernels.tuning.ops import space_id
+    from specpilot.kernels.tuning.ops import space_of
+
+    return (f"{setting}:{KERNEL_OP}:{n}x{k}:m{bucket}:{kernel_key}:"
+            f"{space_id(space_of(KERNEL_OP))}")
 
 
 def open_study(storage_path: str, name: str, seed: int):

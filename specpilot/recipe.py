@@ -53,11 +53,11 @@ class Recipe:
     """static: verify the whole window; sps: DSpark's confidence x steps-per-second budget, for
     every drafter family: DSpark's confidence head, else the drafter's own probability of each
     draft, is the survival estimate. One request: eager, the verify cut to the budget's length. A
-    batch: one budget over all running requests, each step verifying the smallest captured width
-    that holds the longest request's length, each request keeping at most its own."""
+    batch: each step verifies the captured width with the most expected tokens per second over all
+    running requests (a per-step budget: the padded batch has no ragged verify rows)."""
     sps_table: tuple[tuple[int, float], ...] = ()
-    """Measured steps/s by verify tokens per step (all requests' together in a batch) on this GPU
-    and engine, for verify_budget=sps."""
+    """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps (in
+    a batch, the forward's rows: bucket x width)."""
     w12: tuple[str, ...] = ()
     """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
     ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""

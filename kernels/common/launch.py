@@ -122,7 +122,7 @@ def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamK
 
     tiles = cdiv(n, cfg["BLOCK_N"])
     steps = cdiv(max(k_len, 1), cfg["BLOCK_K"])
-    if tiles * steps >= 2**31:
+    if tiles * steps + num_sms(device) * cfg["PROGRAMS_PER_SM"] >= 2**31:
         raise ValueError(f"stream-K indexes K steps in int32: {tiles} tiles x {steps} steps")
     slots = num_sms(device) * cfg["PROGRAMS_PER_SM"]
     if cfg.get("_test_programs"):  # test-only: ranges that span tiles on a small shape
@@ -138,7 +138,7 @@ def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_le
     """Resolve the config and size the split-K workspace, locks and grid of a skinny GEMM launch
     (a :class:`StreamKPlan` for a stream-K config)."""
     cfg = resolve_config(op, config, m, n, k, device, space)
-    if "PROGRAMS_PER_SM" in cfg:
+    if cfg["kernel"] == "gemv_sk":
         return plan_streamk(cfg, n, k_split_len, device)
     k_per_split, splits = splitk_plan(k_split_len, cfg["SPLIT_K"], cfg["BLOCK_K"])
     grid_n = cdiv(n, cfg["BLOCK_N"])

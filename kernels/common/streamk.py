@@ -1,32 +1,33 @@
-"""Stream-K scheduling for the M == 1 GEMVs: every program streams the same number of K steps.
+"""Stream-K scheduling for the M == 1 GEMVs: every program streams about the same number of K steps.
 
 Why: a GEMV program that owns whole tiles runs a serial chain of K steps. With one program per tile
 (or per tile and split) the grid is rarely a whole number of "waves" of resident programs, so the
-last programs run nearly alone, each waiting on one memory latency per K step: the ~5-8 us fixed
-cost per GEMM that REFERENCE-kernels.md §3.1 fits (and that the W12 GEMM pays on every projection of
-a decode step; results/h200-2026-11-30-w12-kernels-run5.json). Stream-K removes that tail: the
-``units = tiles * steps`` K steps are cut into ``P`` equal, contiguous ranges (``P`` = programs
-resident at once: SMs x programs per SM; every index is int32, so 64-bit divisions, which cost
-registers and with them resident programs, never appear), so every program finishes at about the
-same time. Whole rounds of ``P`` tiles first go data-parallel, program p taking tiles p, p + P, ...:
-the programs running at once then stream neighbouring rows of the weight (H200 run 7,
+last programs run nearly alone, each waiting on one memory latency per K step: a candidate for the
+~5-8 us fixed cost per GEMM that REFERENCE-kernels.md §3.1 fits (and that the W12 GEMM pays on every
+projection of a decode step; results/h200-2026-11-30-w12-kernels-run5.json).
+
+The schedule (:func:`streamk_split`), with ``P`` programs (the resident slots: SMs x programs per
+SM): whole rounds of ``P`` tiles go data-parallel, program p taking tiles p, p + P, ..., so the
+programs running at once stream neighbouring rows of the weight (H200 run 7,
 results/h200-2026-11-30-w12-kernels-run7.json: a pure stream-K split, each program on its own
 stretch of the matrix, streamed the lm_head 8% slower than the grid GEMV at the same occupancy).
-Only the remaining tiles' K steps are shared.
+The K steps of the remaining tiles (fewer than ``P``) are cut into contiguous ranges of ``per``
+steps, one per program. Every index is int32: 64-bit divisions cost registers, and with them
+resident programs.
+
+A shared range touches at most two tiles (``per`` <= steps, since fewer than ``P`` tiles remain): it
+may start inside one and end inside the next. A segment that covers a whole tile is stored
+directly. A partial segment writes its fp32 partial to the workspace slot ``(program, 0 if it is
+the program's first segment else 1)`` and bumps the tile's counter; the program that arrives last
+sums the tile's partials in program order (so the same inputs give the same bits, whatever order
+programs finish in), stores, and resets the counter to 0 (the counter buffer stays reusable and
+CUDA-graph safe, as in :mod:`specpilot.kernels.common.epilogue`).
 
 Measured on the H200 (runs 6-8, results/h200-2026-11-30-w12-kernels-run{6,7,8}.json): slower than
 the grid GEMVs on every decode shape of Qwen3.8-27B, bf16 and W12 alike, with the data-parallel
 rounds too (W12 lm_head 484.7 vs 453.2 us, gate_up 76.8 vs 71.9 us): a program that loops over
 tiles streams less than fresh CTAs do, and that costs more than the tail it removes. The kernels
 stay in the tuning spaces (``gemv_sk``), one config in each SWEEP, so other GPUs measure them too.
-
-A program's range is a list of *segments*, one per tile it touches: its first segment may start
-inside a tile, its last may end inside one, every one between is a whole tile. A whole tile is
-stored directly. A partial segment writes its fp32 partial to the workspace slot
-``(program, 0 if it is the program's first segment else 1)`` and bumps the tile's counter; the
-program that arrives last sums the tile's partials in program order (so the same inputs give the
-same bits, whatever order programs finish in), stores, and resets the counter to 0 (the counter
-buffer stays reusable and CUDA-graph safe, as in :mod:`specpilot.kernels.common.epilogue`).
 """
 
 import triton

@@ -89,6 +89,7 @@ def store_entry(key: str, entry: dict, directory: Path | None = None) -> Path:
 
 def lookup_config(op: str, m: int, n: int, k: int, device: torch.device) -> dict | None:
     """The tuned config for this call on this environment, or None (memoised per file mtime)."""
+    from specpilot.kernels.tuning.ops import complete_config
     from specpilot.kernels.tuning.ops import space_of
 
     from specpilot.fingerprint import current
@@ -112,6 +113,7 @@ def lookup_config(op: str, m: int, n: int, k: int, device: torch.device) -> dict
     config = entry.get("config")
     if config is None:
         return None
+    config = complete_config(space, config)
     try:
         space.validate(config, m, n, k)
     except ValueError:

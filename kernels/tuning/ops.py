@@ -27,6 +27,23 @@ def space_of(op: str) -> ModuleType:
     return importlib.import_module(OPS[op] + ".space")
 
 
+def space_id(space: ModuleType) -> str:
+    """A short hash of the space's parameters and their choices. Optuna studies carry it in their
+    names: a study asked with other categorical choices than it stored refuses them, so a study of
+    an older space is left alone and a new one starts."""
+    from specpilot.fingerprint import stable_hash
+
+    return stable_hash(space.PARAMS)[:8]
+
+
+def complete_config(space: ModuleType, config: dict) -> dict:
+    """``config`` with the defaults of parameters its kernel gained after it was stored
+    (``space.ADDED_DEFAULTS``, e.g. ``K_STAGES: 1``, the loop as it ran before), so tuned entries and
+    results of an older space stay usable."""
+    added = getattr(space, "ADDED_DEFAULTS", {}).get(config.get("kernel"), {})
+    return {**added, **config}
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One problem instance: ``args`` per rotating weight copy (x, weight), the fp64 exact result

@@ -10,6 +10,7 @@ from pathlib import Path
 from specpilot.fingerprint import current
 from specpilot.kernels.tuning.cache import entry_key
 from specpilot.kernels.tuning.cache import store_entry
+from specpilot.kernels.tuning.ops import complete_config
 from specpilot.kernels.tuning.ops import space_of
 
 
@@ -26,7 +27,8 @@ def seed_from_results(path: str | Path, ops: tuple[str, ...] = ("skinny_gemm",))
             if not best:
                 continue
             key = entry_key(op, row["N"], row["K"], space_of(op).m_bucket(row["M"]), here)
-            store_entry(key, {"config": best["config"], "source": str(path),
+            store_entry(key, {"config": complete_config(space_of(op), best["config"]),
+                              "source": str(path),
                               "p50_us": best["timing"]["p50_us"]})
             stored += 1
     return stored

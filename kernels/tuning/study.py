@@ -26,7 +26,9 @@ from specpilot.kernels.common.roofline import place
 from specpilot.kernels.tuning import cache
 from specpilot.kernels.tuning.ops import Case
 from specpilot.kernels.tuning.ops import TunableOp
+from specpilot.kernels.tuning.ops import complete_config
 from specpilot.kernels.tuning.ops import get_op
+from specpilot.kernels.tuning.ops import space_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +49,8 @@ class TuneResult:
     from_cache: bool
     cache_key: str
     cache_path: str
+    study: str = ""
+    """The Optuna study's name: the cache key and the tuning space's ``space_id`` ("" from cache)."""
 
 
 def params_for(space, kernel: str) -> dict[str, list]:
@@ -66,6 +70,19 @@ def suggest_config(trial, space, m: int, extra_params: dict | None = None) -> di
     for name, choices in (extra_params or {}).items():
         config[name] = trial.suggest_categorical(name, choices)
     return config
+
+
+def _usable(entry: dict | None, space, m: int, n: int, k: int) -> dict | None:
+    """A cached entry whose config (completed with parameters added since) this space can run,
+    else None (it is tuned again)."""
+    if entry is None:
+        return None
+    config = complete_config(space, entry["config"])
+    try:
+        space.validate(config, m, n, k)
+    except ValueError:
+        return None
+    return {**entry, "config": config}
 
 
 def _as_params(config: dict) -> dict:
@@ -137,7 +154,8 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
         bucket = tunable.space.m_bucket(m)
         key = cache.entry_key(op, n, k, bucket, fp.kernel_key())
         path = str(cache.cache_file(directory))
-        cached = None if force else cache.load_entry(key, directory)
+        cached = None if force else _usable(cache.load_entry(key, directory), tunable.space,
+                                            m, n, k)
         if cached is not None:
             log(f"{op} M={m} N={n} K={k}: cached {cached['config']} ({cached.get('p50_us')} us)")
             results.append(TuneResult(op, m, n, k, bucket, cached["config"], None, None, 0, 0, 0,
@@ -147,7 +165,8 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
         copies = num_copies_for(n * k * 3 // 2) if dev.type == "cuda" else 1
         case = tunable.make_case(m, n, k, dev, seed, copies)
         study = optuna.create_study(
-            storage=_storage(storage, directory), study_name=key, direction="minimize",
+            storage=_storage(storage, directory), study_name=f"{key}|{space_id(tunable.space)}",
+            direction="minimize",
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, trials // 3)),
             load_if_exists=True)
         if not study.trials:
@@ -198,7 +217,7 @@ def _finish(study, tunable, case, key, path, directory, fp, m, num_ok, num_faile
     if not done:
         log(f"{tunable.name} M={m} N={n} K={k}: no config passed the check ({num_failed} failed)")
         return TuneResult(tunable.name, m, n, k, bucket, None, None, None, num_ok, num_failed,
-                          num_invalid, False, key, path)
+                          num_invalid, False, key, path, study.study_name)
     best = min(done, key=lambda t: t.value)
     timing = Timing(**best.user_attrs["timing"])
     roof = place(tunable.name, m, n, k, case.traffic, timing, ceiling_for(fp.gpu))
@@ -211,4 +230,4 @@ def _finish(study, tunable, case, key, path, directory, fp, m, num_ok, num_faile
     log(f"{tunable.name} M={m} N={n} K={k}: best {config} p50 {timing.p50_us:.1f} us "
         f"({roof.tb_s:.2f} TB/s) ok={num_ok} failed={num_failed} invalid={num_invalid}")
     return TuneResult(tunable.name, m, n, k, bucket, config, timing, roof, num_ok, num_failed,
-                      num_invalid, False, key, path)
+                      num_invalid, False, key, path, study.study_name)

@@ -1,6 +1,6 @@
-"""The confidence budget in the batched engine (``verify_budget='sps'``): each step's width and each
-request's verify length come from the drafts' confidences and the steps/s table, and the output is
-still every request's greedy AR continuation."""
+"""The confidence budget in the batched engine (``verify_budget='sps'``): each step's verify width
+comes from the drafts' confidences and the steps/s table (the most expected tokens per second), and
+the output is still every request's greedy AR continuation."""
 
 import pytest
 import torch
@@ -10,6 +10,7 @@ from specpilot.datasets import load_prompts
 from specpilot.engines.batch import BatchEngine
 from specpilot.engines.batch import Running
 from specpilot.engines.batch import run_requests
+from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.engine import SamplingParams
 from specpilot.recipe import AR
 from specpilot.recipe import STOCK
@@ -71,14 +72,14 @@ def test_budgeted_batch_equals_greedy_ar(setting, pad):
     requests = _run(batch, prompts, lengths)
     assert [r.tokens for r in requests] == refs
     window = engine.block_size
-    assert batch.last_widths and min(batch.last_widths) < window
-    assert set(batch.last_widths) <= {w for b in batch.buckets for w in batch.budget_widths(b)}
+    assert batch.budget_steps and min(batch.budget_steps) < window
+    assert set(batch.budget_steps) <= {w for b in batch.buckets for w in batch.budget_widths(b)}
 
 
-def test_lengths_cut_what_a_row_keeps():
-    """Drafts the target accepts whole, confidence 0.9 each: a flat table verifies whole windows
-    and a step keeps up to the block; a steep one verifies fewer positions and each row keeps at
-    most its own length (then the target's token). Both give the greedy tokens."""
+def test_confident_drafts_widen_the_verify():
+    """Drafts the target accepts whole, confidence 0.9 each: a flat table verifies whole windows and
+    a step keeps up to the block; a steep one verifies narrower, a step keeping at most its width.
+    Both give the greedy tokens."""
     models, prompts, lengths, refs = _setup("cpu_c1_tiny-muse", 3)
     block = models.engine(STOCK).block_size
     kept = {}
@@ -89,9 +90,49 @@ def test_lengths_cut_what_a_row_keeps():
         requests = _run(batch, prompts, lengths)
         assert [r.tokens for r in requests] == refs
         kept[name] = max(max(r.accept_lengths) for r in requests)
-        assert max(r.accept_lengths[0] for r in requests) <= batch.last_widths[0]
+        assert kept[name] <= max(batch.budget_steps)
     assert kept["flat"] == block  # whole windows verified and accepted
     assert 1 < kept["steep"] < block
+
+
+def _brute_force(conf, remaining, size, widths, table):
+    best = None
+    for w in widths:
+        expected = 0.0
+        for c, r in zip(conf, remaining):
+            if r <= 0:
+                continue
+            surv, total = 1.0, 1.0
+            for j in range(min(w - 1, r - 1)):
+                surv *= c[j]
+                total += surv
+            expected += total
+        score = expected * steps_per_second(table, size * w)
+        if best is None or score > best[0] + 1e-9:
+            best = (score, w)
+    return best[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_width_maximises_expected_tokens_per_second(seed):
+    """Random confidences, remaining budgets (finished rows included) and tables: the chosen width
+    is the brute-force argmax of (rows' 1 + survivals of the drafts they could keep) x SPS(bucket
+    rows x width), the narrower on ties."""
+    models = load_models(load_setting("cpu_c1_tiny-muse"))
+    gen = torch.Generator().manual_seed(seed)
+    decay = float(torch.rand((), generator=gen)) * 0.2
+    table = ((1, 100.0), (16, 100.0 * (1 - 4 * decay)), (64, 100.0 * (1 - 4 * decay) / 3))
+    engine = models.engine(STOCK.replace(name="b", verify_budget="sps", sps_table=table))
+    batch = BatchEngine(engine, 4, pad_to_buckets=True)
+    n, size = 3, 4
+    window = batch._width(size)
+    conf = torch.rand((n, window - 1), generator=gen) ** 0.3
+    remaining = [int(v) for v in torch.randint(0, 20, (n,), generator=gen)]
+    batch._conf[:n, :window - 1] = conf
+    batch.rows.remaining[:n] = torch.tensor(remaining)
+    chosen = batch._budget_width(n, size)
+    assert chosen == _brute_force(conf.tolist(), remaining, size, batch.budget_widths(size), table)
+    assert batch.budget_steps[chosen] == 1
 
 
 def test_budget_is_refused_with_two_stage_and_sampled_drafts():

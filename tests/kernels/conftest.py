@@ -48,3 +48,14 @@ def kernel_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECPILOT_CACHE_DIR", str(tmp_path / "kernel-cache"))
     yield tmp_path / "kernel-cache"
 
+
+
+@pytest.fixture(autouse=True)
+def split_counters_left_zero():
+    """Every split-K and stream-K launch leaves its per-tile counters zero (the buffer is shared by
+    all launches on a device, so a leftover count would corrupt a later one)."""
+    yield
+    from specpilot.kernels.common import launch
+
+    for device, buf in launch._LOCKS.items():
+        assert int(buf.abs().sum()) == 0, f"split counters left non-zero on {device}"

@@ -35,13 +35,16 @@ CASES = [
     pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
     pytest.param(1, 200, 45, gemv(bn=8, bk=16, k_stages=3), id="M1-K200-N45-bf16-gemv-pipelined"),
     pytest.param(1, 67, 45, dot(), id="M1-K67-N45-bf16-dot"),
-    # Stream-K: 6 tiles x 5 K steps (the last one masked); one program per step, 4 and 7
-    # programs (ranges starting and ending inside tiles), one program for everything.
+    # Stream-K, 6 tiles x 5 K steps (the last one masked): one program per step; 4 slots (a
+    # data-parallel round, then 2 tiles shared: both workspace slots); 7 (each program one whole
+    # tile); 11 (no round, 2-3 partials per tile); 1 (all data-parallel).
     pytest.param(1, 67, 45, streamk(), id="M1-K67-N45-bf16-streamk-per-step"),
     pytest.param(1, 67, 45, streamk(programs=4), id="M1-K67-N45-bf16-streamk-4"),
     pytest.param(1, 67, 45, streamk(programs=7), id="M1-K67-N45-bf16-streamk-7"),
     pytest.param(1, 67, 45, streamk(programs=1), id="M1-K67-N45-bf16-streamk-1"),
+    pytest.param(1, 67, 45, streamk(programs=11), id="M1-K67-N45-bf16-streamk-11"),
     pytest.param(1, 200, 40, streamk(programs=2), id="M1-K200-N40-bf16-streamk-rounds"),
+    pytest.param(1, 200, 40, streamk(programs=3), id="M1-K200-N40-bf16-streamk-round-shared"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-bf16-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-bf16-dot-split2"),
     pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3), id="M17-K67-N45-bf16-dot-split3"),
@@ -94,6 +97,30 @@ def test_streamk_is_deterministic_and_leaves_counters_zero():
     assert torch.equal(first.view(torch.int16), second.view(torch.int16))
     assert int(lock_buffer(x.device, 1).abs().sum()) == 0
     assert_gemm_close("stream-K", first, x, w)
+
+
+def test_streamk_split_covers_every_k_step_once():
+    """The schedule behind both stream-K GEMVs: whole rounds data-parallel, the rest's K steps in
+    ranges of ``per`` (at most one tile's worth, so a range touches at most two tiles), every
+    (tile, step) unit owned by exactly one program."""
+    from specpilot.kernels.common.streamk import streamk_split
+
+    for tiles in range(1, 23):
+        for steps in range(1, 9):
+            for slots in range(1, 27):
+                dp, programs, per = streamk_split(tiles, steps, slots)
+                assert dp % slots == 0 and 0 <= tiles - dp and (dp == 0 or tiles - dp < slots)
+                units = (tiles - dp) * steps
+                owned = [u for p in range(programs) for u in range(p * per,
+                                                                    min(p * per + per, units))]
+                assert owned == list(range(units))  # contiguous, disjoint, complete
+                assert per <= steps and programs <= max(slots, 1)
+                dp_owned = sorted(t for p in range(programs) for t in range(p, dp, programs))
+                assert dp_owned == list(range(dp))
+                # K-step unit of (shared tile t, step s) is t * steps + s; its owner is u // per
+                for t in range(tiles - dp):
+                    owners = {(t * steps + s) // per for s in range(steps)}
+                    assert owners == set(range(t * steps // per, (t * steps + steps - 1) // per + 1))
 
 
 def test_default_config_and_linear():

@@ -27,7 +27,7 @@ def _journal(directory):
 def test_wrong_configs_are_failed_trials(kernel_cache_dir):
     [result] = tune("skinny_gemm", 40, 72, [3], trials=8, device="cpu", reps=2,
                     extra_params={"_test_corrupt": [False, True]}, log=_quiet)
-    study = optuna.load_study(study_name=result.cache_key, storage=_journal(kernel_cache_dir))
+    study = optuna.load_study(study_name=result.study, storage=_journal(kernel_cache_dir))
     corrupt = [t for t in study.trials if t.user_attrs["config"].get("_test_corrupt")]
     assert corrupt, "the sampler never proposed the corrupting flag"
     for t in corrupt:
@@ -108,3 +108,34 @@ def test_cli_tune_kernel(kernel_cache_dir, monkeypatch, capsys):
     assert rows == ["1", "2"] and "configs.json" in out, out
     with pytest.raises(SystemExit):
         cli.main(["tune-kernel", "skinny_gemm", "--shape", "48", "--device", "cpu"])
+
+
+def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir):
+    """A GEMV config tuned before ``K_STAGES`` existed is completed with the value that runs the
+    loop as it ran then, by the cache lookup and by ``tune``'s cached path (not re-tuned)."""
+    old = {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 1, "num_warps": 1,
+           "num_stages": 1}
+    kernel_key = fingerprint.current("cpu").kernel_key()
+    cache.store_entry(cache.entry_key("skinny_gemm", 20, 48, 1, kernel_key), {"config": old},
+                      kernel_cache_dir)
+    assert cache.lookup_config("skinny_gemm", 1, 20, 48, torch.device("cpu")) == {
+        **old, "K_STAGES": 1}
+    [cached] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, log=_quiet)
+    assert cached.from_cache and cached.config["K_STAGES"] == 1
+    # an entry no completion makes valid is tuned again
+    cache.store_entry(cache.entry_key("skinny_gemm", 20, 48, 1, kernel_key),
+                      {"config": {**old, "BLOCK_N": 24}}, kernel_cache_dir)
+    [retuned] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, log=_quiet)
+    assert not retuned.from_cache
+
+
+def test_a_study_of_another_space_is_left_alone(kernel_cache_dir, monkeypatch):
+    """Optuna refuses a categorical asked with other choices than a study stored; the study name
+    carries the space's hash, so a changed space starts its own study."""
+    from specpilot.kernels.skinny_gemm import space
+
+    [first] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, log=_quiet)
+    monkeypatch.setitem(space.PARAMS, "gemv", {**space.PARAMS["gemv"], "num_warps": [1, 2, 4]})
+    [second] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, force=True,
+                    log=_quiet)
+    assert second.study != first.study and second.config is not None

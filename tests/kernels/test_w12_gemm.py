@@ -38,16 +38,19 @@ CASES = [
     pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
     pytest.param(1, 200, 45, gemv(bn=8, k_stages=3), id="M1-K200-N45-w12-gemv-pipelined"),
     pytest.param(1, 66, 45, dot(), id="M1-K66-N45-w12-dot"),
-    # Stream-K: 6 tiles x 3 steps (the last one a masked tail); one program per step (every tile
-    # summed from three partials), 4 and 7 programs (ranges that start and end inside tiles and
-    # span whole ones), and one program that streams everything.
+    # Stream-K, 6 tiles x 3 steps (the last one a masked tail): 2 slots per SM x 132 SMs, one
+    # program per step (every tile summed from three partials); 4 slots: one data-parallel round,
+    # then 2 tiles' steps shared 2 each (ranges ending inside a tile and starting inside the next,
+    # both workspace slots); 7: every program one whole tile; 1: all data-parallel.
     pytest.param(1, 67, 45, streamk(), id="M1-K67-N45-w12-streamk-per-step"),
     pytest.param(1, 67, 45, streamk(programs=4), id="M1-K67-N45-w12-streamk-4"),
     pytest.param(1, 67, 45, streamk(programs=7), id="M1-K67-N45-w12-streamk-7"),
     pytest.param(1, 67, 45, streamk(programs=1), id="M1-K67-N45-w12-streamk-1"),
     pytest.param(1, 128, 40, streamk(bn=16, programs=5), id="M1-K128-N40-w12-streamk-no-tail"),
-    # 5 tiles x 7 steps on 2 programs: two data-parallel rounds, then one tile shared.
+    # 5 tiles x 7 steps: 2 slots, two data-parallel rounds, then one tile shared (slot 0); 3
+    # slots, one round, then 2 tiles' 14 steps over 3 programs (both slots, 2 and 3 partials).
     pytest.param(1, 200, 40, streamk(programs=2), id="M1-K200-N40-w12-streamk-rounds"),
+    pytest.param(1, 200, 40, streamk(programs=3), id="M1-K200-N40-w12-streamk-round-shared"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
     pytest.param(17, 67, 45, dot(split=2), id="M17-K67-N45-w12-dot-split2"),

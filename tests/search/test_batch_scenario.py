@@ -25,10 +25,10 @@ def test_a_batch_scenario_compares_throughput_at_its_concurrency():
 
 
 def test_a_candidate_the_batched_engine_cannot_run_is_a_recorded_error():
-    result = run_job(job(STOCK.replace(name="budgeted", verify_budget="sps",
-                                       sps_table=((1, 100.0), (8, 60.0)))))
-    assert result["state"] == "error" and "batched decoding runs verify_budget='static'" in \
-        result["error"]
+    result = run_job(job(STOCK.replace(name="budgeted-two-stage", verify_budget="sps",
+                                       sps_table=((1, 100.0), (8, 60.0)),
+                                       two_stage=((2, 8, 3),))))
+    assert result["state"] == "error" and "does not combine with two_stage" in result["error"]
 
 
 def test_one_request_keeps_the_per_prompt_comparison():
