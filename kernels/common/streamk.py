@@ -47,6 +47,21 @@ def streamk_split(tiles: int, steps: int, slots: int) -> tuple[int, int, int]:
 
 
 @triton.jit
+def streamk_range(p, per, units, steps):
+    """Program ``p``'s shared K-step units ``[u_lo, u_hi)`` and where they start: ``(u_lo, u_hi,
+    tile, s_lo)``, the tile counted from the first shared one and the K step inside it."""
+    u_lo = p * per
+    tile = u_lo // steps
+    return u_lo, tl.minimum(u_lo + per, units), tile, u_lo - tile * steps
+
+
+@triton.jit
+def store_row(y, out_ptr, offs_n, N):
+    """A whole tile's ``y [1, BLOCK_N]`` to ``out[offs_n]`` (columns past ``N`` masked)."""
+    tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=offs_n[None, :] < N)
+
+
+@triton.jit
 def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, first, p, per,
                   steps, BLOCK_N: tl.constexpr):
     """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [1, BLOCK_N]`` (fp32) is the
@@ -56,9 +71,8 @@ def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, fir
     ``ws_ptr``: fp32 ``[programs, 2, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile, zero on
     entry and left zero on exit.
     """
-    n_mask = offs_n[None, :] < N
     if (s_lo == 0) & (s_hi == steps):
-        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=n_mask)
+        store_row(y, out_ptr, offs_n, N)
     else:
         cols = tl.arange(0, BLOCK_N)[None, :]
         slot = tl.where(first, 0, 1)
@@ -75,5 +89,5 @@ def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, fir
                 q_slot = tl.where(q * per >= tile * steps, 0, 1)
                 # .cg: read from L2, never a stale L1 line.
                 total += tl.load(ws_ptr + (q * 2 + q_slot) * BLOCK_N + cols, cache_modifier=".cg")
-            tl.store(out_ptr + offs_n[None, :], total.to(out_ptr.dtype.element_ty), mask=n_mask)
+            store_row(total, out_ptr, offs_n, N)
             tl.atomic_xchg(lock_ptr + tile, 0)

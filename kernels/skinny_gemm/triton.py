@@ -19,7 +19,9 @@ from triton.language.extra.cuda import gdc_wait
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
+from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.skinny_gemm import space
 
 
@@ -80,13 +82,9 @@ def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N
         gdc_wait()
     for tile in range(p, dp_tiles, tl.num_programs(0)):
         offs_n, y = gemv_segment(x_ptr, w_ptr, N, K, stride_wn, tile, 0, steps, BLOCK_N, BLOCK_K)
-        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
-                 mask=offs_n[None, :] < N)
-    u_lo = p * per
-    u_hi = tl.minimum(u_lo + per, units)
+        store_row(y, out_ptr, offs_n, N)
+    u_lo, u_hi, tile, s_lo = streamk_range(p, per, units, steps)  # tile: from dp_tiles on
     u = u_lo
-    tile = u_lo // steps  # counts the stream-K tiles from dp_tiles
-    s_lo = u_lo - tile * steps
     while u < u_hi:
         s_hi = tl.minimum(steps, s_lo + (u_hi - u))
         offs_n, y = gemv_segment(x_ptr, w_ptr, N, K, stride_wn, dp_tiles + tile, s_lo, s_hi,

@@ -46,7 +46,9 @@ from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
+from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import w12_decode_scaled
 from specpilot.kernels.w12.triton import window_scale
@@ -202,13 +204,9 @@ def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, es
     for tile in range(p, dp_tiles, tl.num_programs(0)):
         offs_n, y = gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
                                  N, K, K2, scale, tile, 0, steps, BLOCK_N, BLOCK_K, ASM, ESC_CHUNK)
-        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
-                 mask=offs_n[None, :] < N)
-    u_lo = p * per
-    u_hi = tl.minimum(u_lo + per, units)
+        store_row(y, out_ptr, offs_n, N)
+    u_lo, u_hi, tile, s_lo = streamk_range(p, per, units, steps)  # tile: from dp_tiles on
     u = u_lo
-    tile = u_lo // steps  # counts the stream-K tiles from dp_tiles
-    s_lo = u_lo - tile * steps
     while u < u_hi:
         s_hi = tl.minimum(steps, s_lo + (u_hi - u))
         offs_n, y = gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
