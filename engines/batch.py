@@ -16,8 +16,8 @@ acceptance on the host, uploaded for all replayed rows in one copy.
 
 CUDA graphs per batch bucket: a step of n requests runs on the smallest bucket (1, 2, 4, .. up to
 ``max_batch``) that holds them, verifying the recipe's width for that bucket (``verify_widths``:
-fewer positions per request once many rows share the forward; the whole block by default);
-rows n .. bucket-1 are inert (no token budget: they keep nothing, and a row is reset when a request is
+fewer positions per request once many rows share the forward; the whole block by default); rows n
+.. bucket-1 are inert (no token budget: they keep nothing, and a row is reset when a request is
 prefilled into it). The step is two fixed-shape parts, each captured once per bucket when the
 engine is built (the batch is empty then, so capture disturbs nothing): the draft (rows' verify
 windows -> drafts) and the rest (verify, greedy acceptance with the replayed rows' forced counts,
@@ -48,14 +48,13 @@ import collections
 import dataclasses
 
 import torch
-
 from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
 from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import request_state_bytes
-from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
+from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.engine import Engine
 from specpilot.engines.engine import SamplingParams
@@ -64,6 +63,7 @@ from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import row_subset
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
+
 from specpilot.errors import SpecPilotError
 
 
@@ -108,9 +108,9 @@ class BatchEngine:
             raise ValueError(f"recipe {recipe.name!r}: batched decoding runs greedy drafts only "
                              "(sampled drafts are single-request for now)")
         if recipe.verify_budget == "sps" and recipe.two_stage:
-            raise ValueError(f"recipe {recipe.name!r}: the confidence budget (verify_budget='sps') "
-                             "chooses one verify width per step; it does not combine with "
-                             "two_stage")
+            raise ValueError(f"recipe {recipe.name!r}: the confidence budget "
+                             "(verify_budget='sps') chooses one verify width per step; it does "
+                             "not combine with two_stage")
         if recipe.tree_verify:
             raise ValueError(f"recipe {recipe.name!r}: tree verification is single-request for "
                              "now; batched decoding verifies one chain per request")
@@ -370,10 +370,11 @@ class BatchEngine:
 
     def _budget_width(self, n: int, size: int) -> int:
         """The confidence budget (``verify_budget='sps'``): of :meth:`budget_widths`, the width
-        ``w`` with the most expected tokens per second, ``E(w) * SPS(size * w)``, where ``E(w)`` sums
-        over the live rows 1 + the survival probabilities (products of the draft confidences) of
-        their first ``w - 1`` drafts, none past a row's remaining budget, and ``SPS`` is the
-        recipe's measured steps/s by verify tokens. Ties go to the narrower width. One host read."""
+        ``w`` with the most expected tokens per second, ``E(w) * SPS(size * w)``, where ``E(w)``
+        sums over the live rows 1 + the survival probabilities (products of the draft
+        confidences) of their first ``w - 1`` drafts, none past a row's remaining budget, and
+        ``SPS`` is the recipe's measured steps/s by verify tokens. Ties go to the narrower width.
+        One host read."""
         window = self._width(size)
         surv = torch.cumprod(self._conf[:n, :window - 1].float(), dim=1)
         remaining = self.rows.remaining[:n]
@@ -466,8 +467,8 @@ class BatchEngine:
 
     def _verify(self, size: int, forced: torch.Tensor, width: int | None = None) -> torch.Tensor:
         """Second part: verify every row's window (:meth:`_width` positions; ``width``: a budgeted
-        step's), or with two stages
-        its first stage (the window's first ``prefix`` positions), marking in ``_passed`` the rows
+        step's), or with two stages its first stage (the window's first ``prefix`` positions),
+        marking in ``_passed`` the rows
         whose drafts all passed through position ``prefix``: their first ``prefix - 1`` drafts
         were accepted and the target's token after them is draft ``prefix`` (a replayed row: its
         drawn count reaches ``prefix``, and it keeps draft ``prefix`` there, as one verify of the

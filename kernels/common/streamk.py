@@ -1,10 +1,10 @@
-"""Stream-K scheduling for the M == 1 GEMVs: every program streams about the same number of K steps.
+"""Stream-K scheduling for the M == 1 GEMVs: every program streams about as many K steps.
 
 Why: a GEMV program that owns whole tiles runs a serial chain of K steps. With one program per tile
 (or per tile and split) the grid is rarely a whole number of "waves" of resident programs, so the
-last programs run nearly alone, each waiting on one memory latency per K step: a candidate for the
-~5-8 us fixed cost per GEMM that REFERENCE-kernels.md §3.1 fits (and that the W12 GEMM pays on every
-projection of a decode step; results/h200-2026-11-30-w12-kernels-run5.json).
+last programs run nearly alone, each waiting on one memory latency per K step: a candidate for
+the ~5-8 us fixed cost per GEMM that REFERENCE-kernels.md §3.1 fits (and that the W12 GEMM pays on
+every projection of a decode step; results/h200-2026-11-30-w12-kernels-run5.json).
 
 The schedule (:func:`streamk_split`), with ``P`` programs (the resident slots: SMs x programs per
 SM): whole rounds of ``P`` tiles go data-parallel, program p taking tiles p, p + P, ..., so the
@@ -15,8 +15,8 @@ The K steps of the remaining tiles (fewer than ``P``) are cut into contiguous ra
 steps, one per program. Every index is int32: 64-bit divisions cost registers, and with them
 resident programs.
 
-A shared range touches at most two tiles (``per`` <= steps, since fewer than ``P`` tiles remain): it
-may start inside one and end inside the next. A segment that covers a whole tile is stored
+A shared range touches at most two tiles (``per`` <= steps, since fewer than ``P`` tiles remain):
+it may start inside one and end inside the next. A segment that covers a whole tile is stored
 directly. A partial segment writes its fp32 partial to the workspace slot ``(program, 0 if it is
 the program's first segment else 1)`` and bumps the tile's counter; the program that arrives last
 sums the tile's partials in program order (so the same inputs give the same bits, whatever order

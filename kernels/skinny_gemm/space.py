@@ -1,12 +1,13 @@
 """Tuning space of the skinny bf16 GEMM, as data (STYLE.md item 10).
 
-A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "gemv_sk": the same GEMV under
-a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps equally, ``PDL`` 1 for a
+A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "gemv_sk": the same GEMV
+under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps, ``PDL`` 1 for a
 programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
-software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``, ``num_stages``. BLOCK_T
+software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
+``num_stages``. BLOCK_T
 is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
 environment.
 """
@@ -130,8 +131,8 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         else:
             check_int(name, config[name])
     if config.get("PDL") and interpreting():
-        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which the "
-                         "Triton interpreter cannot run")
+        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
+                         "the Triton interpreter cannot run")
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from types import ModuleType
 
 import torch
-
 from specpilot.kernels.common.check import gemm_exact
 from specpilot.kernels.common.roofline import Traffic
 from specpilot.kernels.common.roofline import gemm_traffic
@@ -38,8 +37,8 @@ def space_id(space: ModuleType) -> str:
 
 def complete_config(space: ModuleType, config: dict) -> dict:
     """``config`` with the defaults of parameters its kernel gained after it was stored
-    (``space.ADDED_DEFAULTS``, e.g. ``K_STAGES: 1``, the loop as it ran before), so tuned entries and
-    results of an older space stay usable."""
+    (``space.ADDED_DEFAULTS``, e.g. ``K_STAGES: 1``, the loop as it ran before), so tuned entries
+    and results of an older space stay usable."""
     added = getattr(space, "ADDED_DEFAULTS", {}).get(config.get("kernel"), {})
     return {**added, **config}
 

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-
 from specpilot.kernels.common.bench import Timing
 from specpilot.kernels.common.bench import num_copies_for
 from specpilot.kernels.common.bench import time_calls
@@ -50,7 +49,7 @@ class TuneResult:
     cache_key: str
     cache_path: str
     study: str = ""
-    """The Optuna study's name: the cache key and the tuning space's ``space_id`` ("" from cache)."""
+    """The Optuna study's name: the cache key and the space's ``space_id`` ("" from cache)."""
 
 
 def params_for(space, kernel: str) -> dict[str, list]:

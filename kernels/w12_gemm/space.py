@@ -167,8 +167,8 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if config["DECODE"] == "prmt" and interpreting():
         raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
     if config.get("PDL") and interpreting():
-        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which the "
-                         "Triton interpreter cannot run")
+        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
+                         "the Triton interpreter cannot run")
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):

@@ -4,14 +4,14 @@ the output is still every request's greedy AR continuation."""
 
 import pytest
 import torch
-
-from specpilot.build import load_models
-from specpilot.datasets import load_prompts
 from specpilot.engines.batch import BatchEngine
 from specpilot.engines.batch import Running
 from specpilot.engines.batch import run_requests
 from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.engine import SamplingParams
+
+from specpilot.build import load_models
+from specpilot.datasets import load_prompts
 from specpilot.recipe import AR
 from specpilot.recipe import STOCK
 from specpilot.settings import load_setting
@@ -77,9 +77,9 @@ def test_budgeted_batch_equals_greedy_ar(setting, pad):
 
 
 def test_confident_drafts_widen_the_verify():
-    """Drafts the target accepts whole, confidence 0.9 each: a flat table verifies whole windows and
-    a step keeps up to the block; a steep one verifies narrower, a step keeping at most its width.
-    Both give the greedy tokens."""
+    """Drafts the target accepts whole, confidence 0.9 each: a flat table verifies whole windows
+    and a step keeps up to the block; a steep one verifies narrower, a step keeping at most its
+    width. Both give the greedy tokens."""
     models, prompts, lengths, refs = _setup("cpu_c1_tiny-muse", 3)
     block = models.engine(STOCK).block_size
     kept = {}
@@ -150,7 +150,8 @@ def test_confidences_are_the_drafters():
     engine = models.engine(STOCK.replace(name="b", verify_budget="sps", sps_table=FLAT))
     batch = BatchEngine(engine, 2)
     for i, p in enumerate(prompts):
-        batch.add(Running(str(i), list(p), SamplingParams(max_new_tokens=4, ignore_eos=True), set()))
+        params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+        batch.add(Running(str(i), list(p), params, set()))
     batch.step()
     conf = batch._conf[:2]
     assert torch.all((conf >= 0) & (conf <= 1)) and float(conf.sum()) > 0
