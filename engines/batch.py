@@ -48,8 +48,10 @@ import collections
 import dataclasses
 
 import torch
+
 from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
+from specpilot.engines.batch_rows import batch_buckets
 from specpilot.engines.cache import GDNState
 from specpilot.engines.cache import request_state_bytes
 from specpilot.engines.decode.accept import rejection_accept
@@ -63,7 +65,6 @@ from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import row_subset
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
-
 from specpilot.errors import SpecPilotError
 
 
@@ -165,7 +166,7 @@ class BatchEngine:
         use_graphs = engine.use_graphs or (self._budget and engine.recipe.cuda_graphs
                                            and device.type == "cuda")
         self.pad = use_graphs if pad_to_buckets is None else pad_to_buckets
-        self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
+        self.buckets = batch_buckets(max_batch)
         self._graphs: dict[int, tuple] = {}  # bucket -> (first part, second part)
         self._stage2_graphs: dict[tuple[int, int], object] = {}  # (bucket, passed bucket) -> graph
         self._budget_graphs: dict[tuple[int, int], object] = {}  # (bucket, width) -> verify graph
@@ -468,14 +469,14 @@ class BatchEngine:
     def _verify(self, size: int, forced: torch.Tensor, width: int | None = None) -> torch.Tensor:
         """Second part: verify every row's window (:meth:`_width` positions; ``width``: a budgeted
         step's), or with two stages its first stage (the window's first ``prefix`` positions),
-        marking in ``_passed`` the rows
-        whose drafts all passed through position ``prefix``: their first ``prefix - 1`` drafts
-        were accepted and the target's token after them is draft ``prefix`` (a replayed row: its
-        drawn count reaches ``prefix``, and it keeps draft ``prefix`` there, as one verify of the
-        window would), with nothing clipped (stop token, budget)."""
-        window, prefix = self._stages(size)
+        marking in ``_passed`` the rows whose drafts all passed through position ``prefix``: their
+        first ``prefix - 1`` drafts were accepted and the target's token after them is draft
+        ``prefix`` (a replayed row: its drawn count reaches ``prefix``, and it keeps draft
+        ``prefix`` there, as one verify of the window would), with nothing clipped (stop token,
+        budget)."""
         if width is not None:
             return self._verify_window(size, forced, 0, width)[0]
+        window, prefix = self._stages(size)
         if prefix is None:
             return self._verify_window(size, forced, 0, window)[0]
         table, num_accepted, bonus, force, target_bonus = self._verify_window(

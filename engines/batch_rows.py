@@ -10,6 +10,12 @@ device->host read per step (every row's kept tokens), and the host-built drafts 
 import torch
 
 
+def batch_buckets(max_batch: int) -> list[int]:
+    """The batch buckets (CUDA-graph shapes) for up to ``max_batch`` rows: 1, 2, 4, .. and
+    ``max_batch`` itself."""
+    return sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
+
+
 class RowState:
     """Per-row decode state ``[max_batch]`` on the device; row i belongs to running request i."""
 

@@ -86,11 +86,8 @@ def occupancy_widths(setting, concurrency: int | None = None,
     bounds_at = bounds_at or width_bounds_at(setting)
     if bounds_at is None:
         return ()
-    # the batched engine's CUDA-graph buckets for that many rows, the single row left out
-    buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
-                     - {1})
     table, current = [], None
-    for rows in buckets:
+    for rows in _multi_row_buckets(concurrency):
         bounds = bounds_at(rows)
         best = max(bounds, key=lambda w: (bounds[w], w))  # ties: the wider
         if best != (current or max(bounds)):
@@ -117,10 +114,8 @@ def two_stage_table(setting, concurrency: int | None = None,
     bound_at = bound_at or _bound_at(setting, two_stage_bound)
     if bound_at is None:
         return ()
-    buckets = sorted({min(1 << i, concurrency) for i in range(1, concurrency.bit_length() + 1)}
-                     - {1})
     table = []
-    for rows in buckets:
+    for rows in _multi_row_buckets(concurrency):
         best = bound_at(rows)
         if best["ratio"] <= 1.0:  # a table's entries hold for every larger bucket: start over
             table = []
@@ -146,6 +141,13 @@ def width_bounds_at(setting):
     from specpilot.costmodel.phases import bound_by_width
 
     return _bound_at(setting, bound_by_width)
+
+
+def _multi_row_buckets(concurrency: int) -> list[int]:
+    """The batched engine's CUDA-graph buckets for that many rows, the single row left out."""
+    from specpilot.engines.batch_rows import batch_buckets
+
+    return [b for b in batch_buckets(concurrency) if b > 1]
 
 
 def _bound_at(setting, bound):

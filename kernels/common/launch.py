@@ -115,6 +115,18 @@ class StreamKPlan:
     workspace: torch.Tensor  # fp32 [programs, 2, BLOCK_N]
     locks: torch.Tensor
 
+    @property
+    def schedule(self) -> tuple[int, int, int, int]:
+        """The stream-K kernels' schedule arguments ``(steps, dp_tiles, units, per)``."""
+        return self.steps, self.dp_tiles, self.units, self.per
+
+    @property
+    def options(self) -> dict:
+        """Launch keywords: the kernel's ``PDL`` flag, ``launch_pdl`` and any register cap."""
+        pdl = bool(self.cfg["PDL"])
+        cap = {"maxnreg": self.cfg["MAX_REGS"]} if self.cfg["MAX_REGS"] else {}
+        return {"PDL": pdl, "launch_pdl": pdl, **cap}
+
 
 def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamKPlan:
     """Size the grid, workspace and counters of a stream-K GEMV over ``k_len`` K positions."""
@@ -122,11 +134,11 @@ def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamK
 
     tiles = cdiv(n, cfg["BLOCK_N"])
     steps = cdiv(max(k_len, 1), cfg["BLOCK_K"])
-    if tiles * steps + num_sms(device) * cfg["PROGRAMS_PER_SM"] >= 2**31:
-        raise ValueError(f"stream-K indexes K steps in int32: {tiles} tiles x {steps} steps")
     slots = num_sms(device) * cfg["PROGRAMS_PER_SM"]
     if cfg.get("_test_programs"):  # test-only: ranges that span tiles on a small shape
         slots = cfg["_test_programs"]
+    if tiles * steps + slots >= 2**31:
+        raise ValueError(f"stream-K indexes K steps in int32: {tiles} tiles x {steps} steps")
     dp_tiles, programs, per = streamk_split(tiles, steps, slots)
     ws = torch.empty((programs, 2, cfg["BLOCK_N"]), dtype=torch.float32, device=device)
     return StreamKPlan(cfg, programs, dp_tiles, per, steps, (tiles - dp_tiles) * steps, ws,

@@ -123,16 +123,9 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     missing = expected - set(config)
     if missing:
         raise ValueError(f"config misses {sorted(missing)} for kernel {kernel!r}")
-    for name in PARAMS[kernel]:
-        if name in ("PDL", "MAX_REGS"):
-            if config[name] not in PARAMS[kernel][name] or isinstance(config[name], bool):
-                raise ValueError(f"config[{name!r}] must be one of {PARAMS[kernel][name]}, "
-                                 f"got {config[name]!r}")
-        else:
-            check_int(name, config[name])
-    if config.get("PDL") and interpreting():
-        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
-                         "the Triton interpreter cannot run")
+    for name, choices in PARAMS[kernel].items():
+        check_param(name, config[name], choices)
+    check_launch(config)
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):
@@ -145,6 +138,26 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         smem = config["num_stages"] * (config["BLOCK_N"] + block_t(m)) * config["BLOCK_K"] * 2
         if smem > _SMEM_BUDGET:
             raise ValueError(f"dot pipeline needs {smem} B of shared memory > {_SMEM_BUDGET}")
+
+
+# Parameters whose value must be one of their listed choices (0 means "off" for these).
+CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS")
+
+
+def check_param(name: str, value, choices: list) -> None:
+    """A listed choice for :data:`CHOICE_KEYS`, else :func:`check_int`."""
+    if name in CHOICE_KEYS:
+        if value not in choices or isinstance(value, bool):
+            raise ValueError(f"config[{name!r}] must be one of {choices}, got {value!r}")
+    else:
+        check_int(name, value)
+
+
+def check_launch(config: dict) -> None:
+    """Launch options this backend cannot run: PDL under the Triton interpreter."""
+    if config.get("PDL") and interpreting():
+        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
+                         "the Triton interpreter cannot run")
 
 
 def check_int(name: str, value) -> None:

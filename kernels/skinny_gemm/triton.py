@@ -156,9 +156,8 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     if cfg["kernel"] == "gemv_sk":
         skinny_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
-            x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0), plan.steps,
-            plan.dp_tiles, plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
-            **({"maxnreg": cfg["MAX_REGS"]} if cfg["MAX_REGS"] else {}), **meta)
+            x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
+            *plan.schedule, **plan.options, **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
     if plan.block_t is None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 import torch
+
 from specpilot.kernels.common.check import gemm_exact
 from specpilot.kernels.common.roofline import Traffic
 from specpilot.kernels.common.roofline import gemm_traffic

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+
 from specpilot.kernels.common.bench import Timing
 from specpilot.kernels.common.bench import num_copies_for
 from specpilot.kernels.common.bench import time_calls

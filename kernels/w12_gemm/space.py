@@ -29,7 +29,9 @@ import itertools
 from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.skinny_gemm.space import block_t
-from specpilot.kernels.skinny_gemm.space import check_int
+from specpilot.kernels.skinny_gemm.space import check_launch
+from specpilot.kernels.skinny_gemm.space import check_param
+from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 
 __all__ = ["CONFIGS", "KEY", "PARAMS", "SWEEP", "block_t", "default_config", "kernels_for",
@@ -139,11 +141,6 @@ TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
 
 
-def kernels_for(m: int) -> list[str]:
-    """Kernel families that can run M rows (the GEMVs: M == 1 only)."""
-    return ["gemv", "gemv_sk", "dot"] if m == 1 else ["dot"]
-
-
 def validate(config: dict, m: int, n: int, k: int) -> None:
     """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x W12[n, k]^T``."""
     if not isinstance(config, dict):
@@ -157,18 +154,11 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if unknown or missing:
         raise ValueError(f"config for {kernel!r}: unknown keys {sorted(unknown)}, "
                          f"missing {sorted(missing)}")
-    for name in PARAMS[kernel]:
-        v = config[name]
-        if name in ("DECODE", "PDL", "MAX_REGS"):
-            if v not in PARAMS[kernel][name] or isinstance(v, bool):
-                raise ValueError(f"config[{name!r}] must be one of {PARAMS[kernel][name]}")
-        else:
-            check_int(name, v)
+    for name, choices in PARAMS[kernel].items():
+        check_param(name, config[name], choices)
     if config["DECODE"] == "prmt" and interpreting():
         raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
-    if config.get("PDL") and interpreting():
-        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
-                         "the Triton interpreter cannot run")
+    check_launch(config)
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):

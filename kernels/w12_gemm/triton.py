@@ -335,9 +335,8 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     scale = window_scale(packed.base)
     if cfg["kernel"] == "gemv_sk":
         w12_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
-            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.steps,
-            plan.dp_tiles, plan.units, plan.per, PDL=bool(cfg["PDL"]), launch_pdl=bool(cfg["PDL"]),
-            **({"maxnreg": cfg["MAX_REGS"]} if cfg["MAX_REGS"] else {}), **meta)
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, *plan.schedule,
+            **plan.options, **meta)
     elif plan.block_t is None:
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](

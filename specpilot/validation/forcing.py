@@ -243,9 +243,10 @@ def _run_batched(candidate, concurrency: int, prompts: list[list[int]], params,
 def _forcing_buckets(candidate, concurrency: int) -> list[int]:
     """The largest batch bucket of each distinct verify shape up to ``concurrency``, largest
     first."""
+    from specpilot.engines.batch_rows import batch_buckets
+
     recipe, block = candidate.recipe, candidate.block_size
-    buckets = sorted({min(1 << i, concurrency) for i in range(concurrency.bit_length() + 1)})
-    largest = {recipe.stages_for(b, block): b for b in buckets}
+    largest = {recipe.stages_for(b, block): b for b in batch_buckets(concurrency)}
     return sorted(largest.values(), reverse=True)
 
 

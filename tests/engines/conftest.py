@@ -60,3 +60,26 @@ def serve_all():
         return [got[i] for i in range(len(prompts))], scheduler.stats
 
     return serve
+
+
+@pytest.fixture
+def ragged():
+    """``ragged(setting, lengths, first, step)``: the setting's models, one gsm8k prompt per entry
+    of ``lengths`` cut to ``first + step * i`` tokens, and each prompt's greedy AR tokens (that
+    many, ignoring EOS) generated alone: the reference a batched run must reproduce."""
+    from specpilot.build import load_models
+    from specpilot.datasets import load_prompts
+    from specpilot.engines.engine import SamplingParams
+    from specpilot.recipe import AR
+    from specpilot.settings import load_setting
+
+    def make(setting: str, lengths: list[int], first: int, step: int):
+        models = load_models(load_setting(setting))
+        texts = load_prompts("gsm8k", len(lengths))
+        prompts = [models.tokenizer.encode(t).ids[:first + step * i] for i, t in enumerate(texts)]
+        ar = models.engine(AR)
+        refs = [ar.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True)).tokens
+                for p, n in zip(prompts, lengths)]
+        return models, prompts, refs
+
+    return make

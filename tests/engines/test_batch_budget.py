@@ -4,14 +4,14 @@ the output is still every request's greedy AR continuation."""
 
 import pytest
 import torch
+
+from specpilot.build import load_models
+from specpilot.datasets import load_prompts
 from specpilot.engines.batch import BatchEngine
 from specpilot.engines.batch import Running
 from specpilot.engines.batch import run_requests
 from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.engine import SamplingParams
-
-from specpilot.build import load_models
-from specpilot.datasets import load_prompts
 from specpilot.recipe import AR
 from specpilot.recipe import STOCK
 from specpilot.settings import load_setting
@@ -22,15 +22,15 @@ STEEP = ((1, 100.0), (4, 60.0), (8, 30.0), (64, 4.0))
 FLAT = ((1, 100.0), (256, 100.0))
 
 
-def _setup(setting: str, n: int):
-    models = load_models(load_setting(setting))
-    texts = load_prompts("gsm8k", n)
-    prompts = [models.tokenizer.encode(t).ids[:8 + 3 * i] for i, t in enumerate(texts)]
-    lengths = [20, 9, 16, 12, 18][:n]
-    ar = models.engine(AR)
-    refs = [ar.generate(p, SamplingParams(max_new_tokens=k, ignore_eos=True)).tokens
-            for p, k in zip(prompts, lengths)]
-    return models, prompts, lengths, refs
+@pytest.fixture
+def budget_case(ragged):
+    """``budget_case(setting, n)``: n ragged requests' models, prompts, lengths and AR tokens."""
+    def make(setting: str, n: int):
+        lengths = [20, 9, 16, 12, 18][:n]
+        models, prompts, refs = ragged(setting, lengths, 8, 3)
+        return models, prompts, lengths, refs
+
+    return make
 
 
 def _run(batch, prompts, lengths):
@@ -62,11 +62,11 @@ def _oracle_drafts(batch: BatchEngine, refs: dict[str, list[int]], confidence: f
 
 @pytest.mark.parametrize("setting", ["cpu_c1_tiny-muse", "cpu_c1_tiny", "cpu_c1_tiny-muse-dspark"])
 @pytest.mark.parametrize("pad", [True, False])
-def test_budgeted_batch_equals_greedy_ar(setting, pad):
+def test_budgeted_batch_equals_greedy_ar(setting, pad, budget_case):
     """Every drafter family (DFlash2 on Muse, DFlash on the hybrid Qwen3.5 pair, DSpark's
     confidence head): ragged requests decode to their greedy AR tokens under a steep table, which
     verifies narrower than the window."""
-    models, prompts, lengths, refs = _setup(setting, 4)
+    models, prompts, lengths, refs = budget_case(setting, 4)
     engine = models.engine(STOCK.replace(name="budget", verify_budget="sps", sps_table=STEEP))
     batch = BatchEngine(engine, 4, pad_to_buckets=pad)
     requests = _run(batch, prompts, lengths)
@@ -76,11 +76,11 @@ def test_budgeted_batch_equals_greedy_ar(setting, pad):
     assert set(batch.budget_steps) <= {w for b in batch.buckets for w in batch.budget_widths(b)}
 
 
-def test_confident_drafts_widen_the_verify():
+def test_confident_drafts_widen_the_verify(budget_case):
     """Drafts the target accepts whole, confidence 0.9 each: a flat table verifies whole windows
     and a step keeps up to the block; a steep one verifies narrower, a step keeping at most its
     width. Both give the greedy tokens."""
-    models, prompts, lengths, refs = _setup("cpu_c1_tiny-muse", 3)
+    models, prompts, lengths, refs = budget_case("cpu_c1_tiny-muse", 3)
     block = models.engine(STOCK).block_size
     kept = {}
     for name, table in (("flat", FLAT), ("steep", STEEP)):
@@ -144,9 +144,9 @@ def test_budget_is_refused_with_two_stage_and_sampled_drafts():
         BatchEngine(models.engine(STOCK.replace(name="s", draft_sampling="sample")), 2)
 
 
-def test_confidences_are_the_drafters():
+def test_confidences_are_the_drafters(budget_case):
     """The draft part writes each row's confidence per draft: probabilities in [0, 1]."""
-    models, prompts, lengths, _ = _setup("cpu_c1_tiny-muse", 2)
+    models, prompts, lengths, _ = budget_case("cpu_c1_tiny-muse", 2)
     engine = models.engine(STOCK.replace(name="b", verify_budget="sps", sps_table=FLAT))
     batch = BatchEngine(engine, 2)
     for i, p in enumerate(prompts):

@@ -300,17 +300,12 @@ def test_batch_engines_sharing_scratch_stay_lossless_when_interleaved():
 
 
 @pytest.mark.parametrize("setting", ["cpu_c1_tiny", "cpu_c1_tiny-muse"])
-def test_verify_widths_by_occupancy_stay_lossless(setting, monkeypatch):
+def test_verify_widths_by_occupancy_stay_lossless(setting, monkeypatch, ragged):
     """``verify_widths``: a bucket of 4+ rows drafts and verifies 2 positions per request, 2-3 rows
     verify 4, one row the whole block; as ragged requests leave, the steps cross all three, and
     every request still gets its greedy AR tokens."""
-    models = load_models(load_setting(setting))
-    texts = load_prompts("gsm8k", 5)
-    prompts = [models.tokenizer.encode(t).ids[:10 + 4 * i] for i, t in enumerate(texts)]
     lengths = [26, 6, 12, 18, 22]
-    ar = models.engine(AR)
-    expected = [ar.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True)).tokens
-                for p, n in zip(prompts, lengths)]
+    models, prompts, expected = ragged(setting, lengths, 10, 4)
     engine = models.engine(STOCK.replace(name="widths", verify_widths=((2, 4), (4, 2))))
     batch = BatchEngine(engine, 4, pad_to_buckets=True)
     widths = collections.Counter()

@@ -55,18 +55,13 @@ def _oracle_drafts(batch: BatchEngine, refs: dict[str, list[int]], seed: int):
 
 
 @pytest.mark.parametrize("pad", [True, False])
-def test_two_stage_greedy_equals_greedy_ar(pad, monkeypatch):
+def test_two_stage_greedy_equals_greedy_ar(pad, monkeypatch, ragged):
     """Ragged requests (lengths, a stop token) on the tiny Muse pair: buckets of 2-3 rows verify an
     8-wide window as 3 + 5, of 4+ rows a 6-wide window as 2 + 4; every request gets its greedy AR
     tokens, the second stage runs only on rows that passed the first, and its linear layers see
     only those rows (padded to a bucket)."""
-    models = load_models(load_setting("cpu_c1_tiny-muse"))
-    texts = load_prompts("gsm8k", 5)
-    prompts = [models.tokenizer.encode(t).ids[:9 + 3 * i] for i, t in enumerate(texts)]
     lengths = [30, 7, 19, 24, 13]
-    ar = models.engine(AR)
-    refs = [ar.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True)).tokens
-            for p, n in zip(prompts, lengths)]
+    models, prompts, refs = ragged("cpu_c1_tiny-muse", lengths, 9, 3)
     stop = refs[3][10]  # request 3 stops at its first occurrence of this token
     stops = [(), (), (), (stop,), ()]
     expected = [r[:r.index(s[0]) + 1] if s else r for r, s in zip(refs, stops)]
