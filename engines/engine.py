@@ -14,12 +14,14 @@ The step is four fixed-shape functions (decode | draft, verify, commit); on CUDA
 Greedy requests use the graphs; sampled requests run the same functions eagerly.
 
 With ``recipe.tree_branches > 1`` a step verifies a tree of candidate paths instead of one chain
-(``_tree_step``, see ``specpilot.engines.decode.tree``): greedy only, eager, and the commit rule
-above holds along the accepted path.
+(``_tree_step``, see ``specpilot.engines.decode.tree``): greedy only, and the commit rule above holds
+along the accepted path. Its draft, verify and commit are captured too: the host builds each step's
+tree from one read of the drafter's candidates, padded to the recipe's node and path counts.
 """
 
 import contextlib
 import dataclasses
+import functools
 import time
 
 import torch
@@ -29,8 +31,9 @@ from specpilot.engines.decode.accept import rejection_accept
 from specpilot.engines.decode.accept import sampling_probs
 from specpilot.engines.decode.accept import tree_greedy_accept
 from specpilot.engines.decode.budget import choose_verify_lengths
-from specpilot.engines.decode.tree import build_tree
+from specpilot.engines.decode.tree import TreeLayout
 from specpilot.engines.decode.tree import draft_candidates
+from specpilot.engines.decode.tree import tree_arrays
 from specpilot.engines.drafters.replay import ReplayPlan
 from specpilot.engines.models.layers import set_fused_elementwise
 from specpilot.engines.models.layers import set_gemm
@@ -95,9 +98,9 @@ class Engine:
         self.device = target.lm_head.weight.device
         if recipe.tree_verify:
             self._check_tree(recipe, target)
-        # a ragged (budgeted) verify width has no fixed shape to capture; a tree is built on host
+        # a ragged (budgeted) verify width has no fixed shape to capture; a tree is padded to one
         self.use_graphs = (recipe.cuda_graphs and self.device.type == "cuda"
-                           and recipe.verify_budget == "static" and not recipe.tree_verify)
+                           and recipe.verify_budget == "static")
         if recipe.verify_budget == "sps" and self.drafter is None:
             raise ValueError(f"recipe {recipe.name!r}: verify_budget 'sps' needs a drafter")
         # the budget's survival estimate: DSpark's confidence head, else the drafter's own
@@ -159,6 +162,36 @@ class Engine:
         num_accepted, bonus = greedy_accept(verify_ids[:, 1:], out.logits)
         return out.logits, num_accepted, bonus
 
+    def _tree_draft_fn(self, draft_cache, block_ids, positions, override):
+        """A tree step's draft: [2, 1, D, k] = the candidates (as float64, exact) and the drafter's
+        probabilities of them (``tree.draft_candidates``); ``override`` [1, D] replaces the first
+        choices where >= 0 (a benchmark's replayed drafts)."""
+        rows = self.drafter.query_rows(block_ids.shape[1])
+        hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
+                              draft_cache)
+        drafts, logits = self.drafter.draft_logits(hidden, block_ids[:, 0], self.target.lm_head)
+        drafts = torch.where(override >= 0, override, drafts)
+        candidates, probs = draft_candidates(drafts, logits, self.recipe.tree_branches)
+        return torch.stack([candidates.double(), probs.double()])
+
+    def _tree_verify_fn(self, cache, draft_cache, tokens, depth, ancestors, paths, node_path,
+                        start, accept_paths):
+        """Verify a (padded) tree in one forward, keep its best path among ``accept_paths`` as the
+        cache's pending chain (``ModelCache.keep_path``) and give its rows to the drafter.
+
+        Returns [path, num_accepted, bonus, the path's D drafts] and the target's logits along the
+        path [D + 1, V]."""
+        tree = TreeLayout(tokens, depth, ancestors, paths, node_path, start)
+        view = cache.tree_view(tree)
+        out = self.target(tokens[None], tree.positions, view, commit_all=False,
+                          capture=self.capture)
+        path, num_accepted, bonus = tree_greedy_accept(tokens, accept_paths, out.logits[0])
+        nodes = paths.index_select(0, path)[0]  # [D + 1]: the accepted path from the anchor
+        cache.keep_path(view, tree, path)
+        positions = start[:, None] + torch.arange(paths.shape[1], device=start.device)
+        self.drafter.commit_context(out.aux[:, nodes], positions, draft_cache)
+        return torch.cat([path, num_accepted, bonus, tokens[nodes[1:]]]), out.logits[0, nodes]
+
     @staticmethod
     def _commit_fn(cache, draft_cache, num_rows, new_len, pending=None):
         cache.commit(num_rows, new_len, pending)
@@ -187,6 +220,8 @@ class Engine:
                 graphs = {"decode": CapturedStep(
                     lambda ids, positions: self._decode_fn(cache, ids, positions),
                     {"ids": one[None], "positions": one[None]}, pool)}
+            elif self.recipe.tree_verify:
+                graphs = self._tree_graphs(cache, draft_cache, pool)
             else:
                 ids = torch.ones(1, self.draft_block, dtype=torch.long, device=dev)
                 pos = torch.arange(self.draft_block, device=dev)[None]
@@ -208,6 +243,45 @@ class Engine:
         if draft_cache is not None:
             draft_cache.reset()
         return cache, draft_cache, graphs
+
+    def _tree_graphs(self, cache, draft_cache, pool) -> dict:
+        """A tree step's draft, verify and commit, captured on a placeholder chain padded to the
+        recipe's node and path counts (every tree has those shapes: ``tree.tree_arrays``)."""
+        from specpilot.engines.graphs import CapturedStep
+
+        block, dev = self.block_size, self.device
+        ids = torch.ones(1, block, dtype=torch.long, device=dev)
+        pos = torch.arange(block, device=dev)[None]
+        graphs = {"draft": CapturedStep(
+            lambda block_ids, positions, override: self._tree_draft_fn(draft_cache, block_ids,
+                                                                       positions, override),
+            {"block_ids": ids, "positions": pos, "override": -ids[:, 1:]}, pool)}
+        branches = self.recipe.tree_branches
+        placeholder = self._tree_inputs(1, [[1] * branches] * (block - 1),
+                                        [[1.0 / branches] * branches] * (block - 1), None)
+        graphs["verify"] = CapturedStep(
+            lambda **inputs: self._tree_verify_fn(cache, draft_cache, **inputs),
+            {**placeholder, "start": pos[0, 1:2]}, pool)
+        pending = cache.pending_rows()  # the accepted path's rows the verify graph leaves
+        one = pos[0, 1:2]
+        graphs["commit"] = CapturedStep(
+            lambda num_rows, new_len: self._commit_fn(cache, draft_cache, num_rows, new_len,
+                                                      pending),
+            {"num_rows": one, "new_len": one * block}, pool)
+        return graphs
+
+    def _tree_inputs(self, anchor: int, candidates, probs, replay) -> dict[str, torch.Tensor]:
+        """The verify's tree tensors on the device (padded: fixed shapes), and the paths acceptance
+        chooses from: all of them, or a replayed step's first-choice path alone."""
+        recipe = self.recipe
+        arrays = tree_arrays(anchor, candidates, probs, recipe.tree_positions, recipe.tree_max_nodes)
+        paths = arrays["paths"]
+        arrays["accept_paths"] = paths if replay is None else paths[:1].expand_as(paths).clone()
+        flat = self._upload(torch.cat([t.flatten().long() for t in arrays.values()]))  # one copy
+        inputs = dict(zip(arrays, flat.split([t.numel() for t in arrays.values()])))
+        inputs = {name: t.view(arrays[name].shape) for name, t in inputs.items()}
+        inputs["ancestors"] = inputs["ancestors"].bool()
+        return inputs
 
     def _pick(self, logits: torch.Tensor, params: SamplingParams, generator) -> torch.Tensor:
         if params.temperature <= 0:
@@ -272,7 +346,7 @@ class Engine:
                                                      generator, graphs)
                 elif use_tree:
                     proposed, logits = self._tree_step(tokens[-1], committed, len(tokens), cache,
-                                                       draft_cache, replay)
+                                                       draft_cache, replay, graphs)
                     tree_paths.append(self._last_path)
                 else:
                     proposed, logits = self._spec_step(tokens[-1], committed, len(tokens), cache,
@@ -307,13 +381,18 @@ class Engine:
         return proposed
 
     def _scalar(self, value: int) -> torch.Tensor:
-        """``[value]`` on the engine's device. On CUDA through page-locked memory without waiting:
-        a blocking upload would synchronise the stream (PyTorch waits after a blocking host->device
-        copy), and a step makes several (anchor, position, commit counts); the caching host
-        allocator keeps each staging buffer alive until its copy has run."""
+        """``[value]`` on the engine's device (see :meth:`_upload`)."""
+        return self._upload(torch.tensor([value]))
+
+    def _upload(self, values) -> torch.Tensor:
+        """``values`` (a host tensor or list) on the engine's device. On CUDA through page-locked
+        memory without waiting: a blocking upload would synchronise the stream (PyTorch waits after
+        a blocking host->device copy), and a step makes several (anchor, position, commit counts,
+        a tree); the caching host allocator keeps each staging buffer alive until its copy ran."""
+        values = torch.as_tensor(values)
         if self.device.type != "cuda":
-            return torch.tensor([value], device=self.device)
-        return torch.tensor([value], pin_memory=True).to(self.device, non_blocking=True)
+            return values.to(self.device)
+        return values.pin_memory().to(self.device, non_blocking=True)
 
     def _commit(self, cache, draft_cache, num_rows: int, committed: int, graphs=None) -> None:
         """Keep ``num_rows`` rows of the last forward; ``committed`` tokens are now context."""
@@ -387,39 +466,30 @@ class Engine:
             a, bonus = self._replayed(replay, a, logits[0], verify_ids.shape[1])
         return tail[2:2 + a] + [bonus], logits[0, :a + 1]
 
-    def _tree_step(self, pending, committed, num_generated, cache, draft_cache, replay):
+    def _tree_step(self, pending, committed, num_generated, cache, draft_cache, replay,
+                   graphs=None):
         """Draft a block with alternatives, verify the tree in one forward, keep its best path;
         returns (kept tokens, the target's logits for them [n, V]). Greedy only."""
-        recipe, block = self.recipe, self.block_size
+        block = self.block_size
         anchor, start = self._scalar(pending), self._scalar(committed)
         block_ids, positions = self._block(anchor, start, block)  # a tree drafts its own width
+        override = self._upload([-1] * (block - 1) if replay is None
+                                else replay.override(num_generated, block - 1))[None]
         with self._phase("draft"):
-            rows = self.drafter.query_rows(block)
-            hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
-                                  draft_cache)
-            drafts, draft_logits = self.drafter.draft_logits(hidden, anchor, self.target.lm_head)
-            if replay is not None:
-                drafts = torch.tensor([replay.override(num_generated, block - 1)],
-                                      device=self.device)
-            candidates, probs = draft_candidates(drafts, draft_logits, recipe.tree_branches)
-            tree = build_tree(anchor, start, candidates[0].tolist(), probs[0].tolist(),
-                              recipe.tree_positions, recipe.tree_max_nodes)
-        self._last_width = tree.num_nodes
+            draft = graphs["draft"] if graphs is not None else functools.partial(
+                self._tree_draft_fn, draft_cache)
+            candidates, probs = draft(block_ids=block_ids, positions=positions,
+                                      override=override)[:, 0].tolist()  # one device sync
+            inputs = self._tree_inputs(pending, [[int(t) for t in row] for row in candidates],
+                                       probs, replay)
+        self._last_width = inputs["tokens"].shape[0]
         with self._phase("verify"):
-            view = cache.tree_view(tree)
-            out = self.target(tree.tokens[None], tree.positions, view, commit_all=False,
-                              capture=self.capture)
+            verify = graphs["verify"] if graphs is not None else functools.partial(
+                self._tree_verify_fn, cache, draft_cache)
+            tail, logits = verify(**inputs, start=start)
         with self._phase("accept"):
-            # a replayed step (benchmarks) simulates acceptance along the first-choice path
-            paths = tree.paths if replay is None else tree.paths[:1]
-            path, num_accepted, bonus = tree_greedy_accept(tree.tokens, paths, out.logits[0])
-            nodes = tree.paths[path[0]]  # [block]: the accepted path from the anchor
-            tail = torch.cat([path, num_accepted, bonus, tree.tokens[nodes[1:]]]).tolist()
-        with self._phase("commit"):  # the accepted path becomes an ordinary pending chain
-            cache.keep_path(view, tree, path)
-            self.drafter.commit_context(out.aux[:, nodes], positions, draft_cache)
+            tail = tail.tolist()
         self._last_path, a, bonus = tail[:3]
-        logits = out.logits[0, nodes]
         if replay is not None:
             a, bonus = self._replayed(replay, a, logits, block)
         return tail[3:3 + a] + [bonus], logits[:a + 1]

@@ -8,11 +8,13 @@ construction, padded buckets) for AR, stock, stock with replay rollback, AR with
 and stock with batched prefill and the fused snapshot kernel, two-stage verification, and the
 confidence budget (one captured verify per bucket and width; steep and flat steps/s tables,
 greedy and replayed acceptance), and one request at a time through the
-captured stock engine (per-token and fused snapshot kernels). Every output must equal the request's greedy AR output
-alone, token for token.
-Writes ``$OUT/gpu-parity.json``; exits 1 on any mismatch.
+captured stock engine (per-token and fused snapshot kernels) and the captured tree engine (greedy
+and replayed). Every output must equal the request's greedy AR output alone, token for token.
+Writes ``$OUT/gpu-parity.json``; exits 1 on any mismatch. ``--checks`` runs only the checks whose
+labels start with one of its prefixes (``single_tree``: the tree engine alone).
 
     python3 experiments/gpu_parity.py [--settings cpu_c1_tiny,cpu_c1_tiny-muse] [--dtype float32]
+        [--checks single,batched]
 """
 
 import argparse
@@ -37,7 +39,10 @@ def on_device(name: str, dtype: str, device: str):
                                                                    dtype=dtype))
 
 
-def check(setting) -> dict:
+TREE = {"tree_branches": 2, "tree_positions": 2, "tree_max_nodes": 24}
+
+
+def check(setting, checks: tuple[str, ...] = ("",)) -> dict:
     from specpilot.build import load_models
     from specpilot.datasets import load_prompts
     from specpilot.engines.batch import BatchEngine
@@ -60,13 +65,26 @@ def check(setting) -> dict:
     expected = [ref[:ref.index(s[0]) + 1] if s else ref for ref, s in zip(alone, stops)]
     out = {"setting": setting.name, "device": str(ar.device), "num_requests": NUM_REQUESTS}
     fused = STOCK.replace(gdn_snapshot="fused")
-    for label, recipe in (("single_stock", STOCK), ("single_stock_fused_snapshot", fused)):
+    tree = STOCK.replace(name="tree", **TREE)
+    block = models.drafter.block_size
+    for label, recipe, replay in (
+            ("single_stock", STOCK, False), ("single_stock_fused_snapshot", fused, False),
+            ("single_tree", tree, False), ("single_tree_replay_rollback",
+                                           tree.replace(gdn_rollback="replay"), False),
+            ("single_tree_replayed", tree, True)):
+        if not label.startswith(checks):
+            continue
         engine = models.engine(recipe)
-        single = [engine.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True))
-                  for p, n in zip(prompts, lengths)]
+        single = [engine.generate(p, SamplingParams(max_new_tokens=n, ignore_eos=True),
+                                  replay=ReplayPlan(ref, AcceptanceProfile.parametric(6.0, block),
+                                                    models.target.vocab_size, seed=i)
+                                  if replay else None)
+                  for i, (p, n, ref) in enumerate(zip(prompts, lengths, alone))]
         out[label] = {"graphs": engine.use_graphs,
                       "mismatched_requests": sum(s.tokens != r for s, r in zip(single, alone)),
-                      "tau": _tau([n for s in single for n in s.accept_lengths])}
+                      "tau": _tau([n for s in single for n in s.accept_lengths]),
+                      "steps_through_an_alternative": sum(p > 0 for s in single
+                                                          for p in s.tree_paths)}
     two_stage = STOCK.replace(two_stage=((2, 10, 3),))
     # the confidence budget: a steep steps/s table verifies narrow, a flat one whole windows
     steep = STOCK.replace(verify_budget="sps", sps_table=((1, 100.0), (4, 60.0), (8, 30.0),
@@ -84,6 +102,8 @@ def check(setting) -> dict:
             ("batched_budget_steep", steep, False),
             ("batched_budget_steep_replayed", steep, True),
             ("batched_budget_flat_replayed", flat, True)):
+        if not label.startswith(checks):
+            continue
         started = time.perf_counter()
         try:
             batch = BatchEngine(models.engine(recipe), NUM_REQUESTS)
@@ -104,7 +124,6 @@ def check(setting) -> dict:
                                                             stop_token_ids=s), set(s))
                     for i, (p, n, s) in enumerate(zip(prompts, lengths, stops))]
         if replay:
-            block = models.drafter.block_size
             for req, ref in zip(requests, alone):
                 req.replay = ReplayPlan(ref, AcceptanceProfile.parametric(6.0, block),
                                         models.target.vocab_size, seed=int(req.request_id))
@@ -132,6 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--settings", default="cpu_c1_tiny,cpu_c1_tiny-muse")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--checks", default="", help="comma-separated label prefixes (all: '')")
     args = parser.parse_args(argv)
     import torch
 
@@ -142,7 +162,7 @@ def main(argv=None) -> int:
     record = {"kind": "gpu_parity", "dtype": args.dtype, "settings": []}
     failed = False
     for name in args.settings.split(","):
-        row = check(on_device(name, args.dtype, args.device))
+        row = check(on_device(name, args.dtype, args.device), tuple(args.checks.split(",")))
         record["settings"].append(row)
         failed |= any(row[k]["mismatched_requests"] for k in row if k.startswith(("single",
                                                                                  "batched")))

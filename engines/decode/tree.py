@@ -29,9 +29,10 @@ may still shorten what the step keeps.
 
 Greedy only: at temperature > 0 the engine refuses tree recipes (exact rejection sampling over a
 tree needs per-node residual distributions; not built). The tree is built on the host from one small
-read of the drafter's candidates, so the step is eager (no CUDA graph); the verify, acceptance and
-commit are index-tensor ops over a budget-bounded tree, so padding the tree to ``tree_max_nodes``
-is what a captured version would add.
+read of the drafter's candidates ([D, k]) and padded to ``tree_max_nodes`` nodes and
+:func:`num_tree_paths` paths (:func:`tree_arrays`), so every step's verify, acceptance and commit
+are index-tensor ops of one shape: the engine captures them as CUDA graphs. The host read splits
+the step in two: the draft graph, then the build, then the verify graph.
 """
 
 import dataclasses
@@ -106,25 +107,36 @@ def draft_candidates(tokens: torch.Tensor, logits: torch.Tensor, num_candidates:
     return torch.cat([tokens[..., None], alternatives], -1), torch.cat([own, others], -1)
 
 
-def build_tree(anchor: torch.Tensor, start: torch.Tensor, candidates: list[list[int]],
-               probs: list[list[float]], num_positions: int, max_nodes: int) -> TreeLayout:
-    """The tree for one step (see the module docstring).
+def num_tree_paths(num_branches: int, num_positions: int, num_drafts: int, max_nodes: int) -> int:
+    """Paths of a padded tree (:func:`tree_arrays`): every combination of choices at the branching
+    positions, but no more than the node budget can hold (each path past the first adds a node)."""
+    return max(1, min(num_branches ** num_positions, max_nodes - num_drafts))
+
+
+def tree_arrays(anchor: int, candidates: list[list[int]], probs: list[list[float]],
+                num_positions: int, max_nodes: int, pad: bool = True) -> dict[str, torch.Tensor]:
+    """One step's tree (see the module docstring) as host tensors, the fields of :class:`TreeLayout`
+    but ``start``.
 
     Args:
-        anchor, start: [1] the anchor token and the committed length (device tensors).
+        anchor: the anchor token (node 0).
         candidates, probs: [D][k] from :func:`draft_candidates` (host lists, one request).
         num_positions: branching positions (the least confident); max_nodes: node budget (>= D + 1).
+        pad: pad to exactly ``max_nodes`` nodes and :func:`num_tree_paths` paths, so that every step
+            has the same shapes (a CUDA graph replays them). A padding node is its own only ancestor
+            (no other node sees it) with the anchor's token; a padding path repeats the first-choice
+            path, which acceptance prefers on ties, so padding changes no result.
     """
-    num_drafts = len(candidates)
+    num_drafts, num_branches = len(candidates), len(candidates[0])
     branch = sorted(sorted(range(num_drafts), key=lambda j: (probs[j][0], j))[:num_positions])
 
     def rank(choice):  # the first-choice path, then by the drafter's probability of the choices
         return any(choice), -sum(math.log(max(probs[j][c], 1e-30)) for j, c in zip(branch, choice))
 
     # stable sort: equal ranks keep product order
-    choices = sorted(itertools.product(range(len(candidates[0])), repeat=len(branch)), key=rank)
+    choices = sorted(itertools.product(range(num_branches), repeat=len(branch)), key=rank)
     node_of = {}  # a node's key: its depth and the path's choices at branch positions above it
-    tokens, depth, parent, paths = [None], [0], [-1], []
+    tokens, depth, parent, paths = [anchor], [0], [-1], []
     for choice in choices:
         keys = [(d, *(c for j, c in zip(branch, choice) if j < d))
                 for d in range(1, num_drafts + 1)]
@@ -143,20 +155,31 @@ def build_tree(anchor: torch.Tensor, start: torch.Tensor, candidates: list[list[
         paths.append(path)
         if len(tokens) == max_nodes:
             break
+    real_nodes = len(tokens)
+    if pad:
+        num_paths = num_tree_paths(num_branches, num_positions, num_drafts, max_nodes)
+        paths += [paths[0]] * (num_paths - len(paths))
+        tokens += [anchor] * (max_nodes - real_nodes)
+        depth += [num_drafts] * (max_nodes - real_nodes)
+        parent += [None] * (max_nodes - real_nodes)
     num_nodes = len(tokens)
-    ancestors = [[False] * num_nodes for _ in range(num_nodes)]
-    node_path = [0] * num_nodes
+    ancestors = [[False] * num_nodes for _ in range(num_nodes)]  # host lists: a step builds one
     for n in range(num_nodes):
-        if n:
+        if parent[n] is not None and parent[n] >= 0:
             ancestors[n] = list(ancestors[parent[n]])
         ancestors[n][n] = True
+    node_path = [0] * num_nodes
     for p in reversed(range(len(paths))):
         for n in paths[p]:
             node_path[n] = p
+    return {"tokens": torch.tensor(tokens), "depth": torch.tensor(depth),
+            "ancestors": torch.tensor(ancestors),
+            "paths": torch.tensor(paths), "node_path": torch.tensor(node_path)}
 
-    def as_tensor(values, dtype=torch.long):
-        return torch.tensor(values, dtype=dtype, device=start.device)
 
-    node_tokens = torch.cat([anchor.reshape(1), as_tensor(tokens[1:])])
-    return TreeLayout(node_tokens, as_tensor(depth), as_tensor(ancestors, torch.bool),
-                      as_tensor(paths), as_tensor(node_path), start.reshape(1))
+def build_tree(anchor: int, start: torch.Tensor, candidates: list[list[int]],
+               probs: list[list[float]], num_positions: int, max_nodes: int,
+               pad: bool = False) -> TreeLayout:
+    """The tree of :func:`tree_arrays` on ``start``'s device; ``start`` [1] = committed tokens."""
+    arrays = tree_arrays(anchor, candidates, probs, num_positions, max_nodes, pad)
+    return TreeLayout(**{k: v.to(start.device) for k, v in arrays.items()}, start=start.reshape(1))

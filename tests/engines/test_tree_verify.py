@@ -17,6 +17,7 @@ from specpilot import tiny
 from specpilot.build import load_models
 from specpilot.engines.batch import BatchEngine
 from specpilot.engines.decode.tree import build_tree
+from specpilot.engines.decode.tree import num_tree_paths
 from specpilot.engines.engine import Engine
 from specpilot.engines.engine import SamplingParams
 from specpilot.engines.models import load_model
@@ -157,18 +158,25 @@ def test_accepts_through_the_alternative_branch(monkeypatch, tiny_models, tiny_p
     assert tree.tau > chain.tau
 
 
-def test_tree_forward_equals_each_path_alone(tiny_models, muse, tiny_prompts):
+@pytest.mark.parametrize("pad", [False, True])
+def test_tree_forward_equals_each_path_alone(tiny_models, muse, tiny_prompts, pad):
     """Logits of every node equal a chain forward of its path; committing a path leaves the state a
-    chain forward of it leaves (no state mixes between branches)."""
+    chain forward of it leaves (no state mixes between branches). Padded (the engine's fixed
+    shapes) or not."""
     torch.manual_seed(0)
     block, num_candidates = 6, 3
     for target in (tiny_models.target, muse[0]):
         prompt = torch.tensor([tiny_prompts[5][:30]])
         candidates = torch.randint(4, tiny.VOCAB_SIZE, (block - 1, num_candidates)).tolist()
         probs = torch.rand(block - 1, num_candidates).tolist()
-        anchor, start = torch.tensor([7]), torch.tensor([30])
-        tree = build_tree(anchor, start, candidates, probs, num_positions=3, max_nodes=20)
-        assert tree.num_nodes <= 20 and tree.paths.shape[1] == block
+        start = torch.tensor([30])
+        tree = build_tree(7, start, candidates, probs, num_positions=3, max_nodes=20, pad=pad)
+        real = build_tree(7, start, candidates, probs, num_positions=3, max_nodes=20)
+        num_real = real.paths.shape[0]
+        assert 1 < num_real < num_tree_paths(3, 3, block - 1, 20) and real.num_nodes <= 20
+        if pad:
+            assert tree.num_nodes == 20
+            assert tree.paths.shape == (num_tree_paths(3, 3, block - 1, 20), block)
         cache = target.new_cache(1, 128, "replay")
         target(prompt, torch.arange(30)[None], cache)
         view = cache.tree_view(tree)
@@ -180,7 +188,7 @@ def test_tree_forward_equals_each_path_alone(tiny_models, muse, tiny_prompts):
             ref = target(tree.tokens[nodes][None], 30 + torch.arange(block)[None], chain,
                          commit_all=False).logits[0]
             torch.testing.assert_close(logits[nodes], ref, rtol=1e-4, atol=1e-4)
-        path = torch.tensor([tree.paths.shape[0] - 1])
+        path = torch.tensor([num_real - 1])  # the last real path
         nodes = tree.paths[path[0]]
         cache.keep_path(view, tree, path)
         cache.commit(torch.tensor([4]), torch.tensor([34]))
@@ -196,7 +204,7 @@ def test_build_tree_shape_and_budget():
     candidates = [[10 + j, 20 + j, 30 + j] for j in range(7)]
     probs = [[0.9, 0.05, 0.01]] * 7
     probs[2], probs[5] = [0.4, 0.3, 0.2], [0.5, 0.45, 0.01]
-    tree = build_tree(torch.tensor([1]), torch.tensor([100]), candidates, probs, 2, 14)
+    tree = build_tree(1, torch.tensor([100]), candidates, probs, 2, 14)
     paths = tree.paths.tolist()
     assert paths[0] == list(range(8))  # the first-choice chain comes first, nodes 0..7
     assert tree.tokens[paths[0][1:]].tolist() == [c[0] for c in candidates]
@@ -209,6 +217,14 @@ def test_build_tree_shape_and_budget():
     for n in range(1, tree.num_nodes):  # every node after its ancestors, one depth below its parent
         ancestors = tree.ancestors[n].nonzero()[:, 0].tolist()
         assert ancestors[-1] == n and tree.depth[ancestors].tolist() == list(range(len(ancestors)))
+    padded = build_tree(1, torch.tensor([100]), candidates, probs, 2, 14, pad=True)
+    assert padded.num_nodes == 14 and padded.paths.shape == (num_tree_paths(3, 2, 7, 14), 8) == (
+        7, 8)
+    assert torch.equal(padded.paths[:3], tree.paths) and (padded.paths[3:] == tree.paths[0]).all()
+    assert torch.equal(padded.tokens[:12], tree.tokens) and padded.tokens[12:].tolist() == [1, 1]
+    assert torch.equal(padded.ancestors[:12, :12], tree.ancestors)
+    assert torch.equal(padded.ancestors[12:], torch.eye(14, dtype=torch.bool)[12:])  # seen by none
+    assert torch.equal(padded.node_path[:12], tree.node_path)
 
 
 def test_trained_pair_tree_is_lossless_and_accepts_more(trained):
