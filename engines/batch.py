@@ -115,6 +115,9 @@ class BatchEngine:
         if recipe.tree_verify:
             raise ValueError(f"recipe {recipe.name!r}: tree verification is single-request for "
                              "now; batched decoding verifies one chain per request")
+        if recipe.draft_depth > 1:
+            raise ValueError(f"recipe {recipe.name!r}: deeper drafting is single-request for now; "
+                             "batched decoding drafts one block per request")
         self.engine, self.max_batch = engine, max_batch
         try:
             self._build(engine, max_batch, pad_to_buckets, share_scratch)

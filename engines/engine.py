@@ -95,6 +95,15 @@ class Engine:
         # change even the first drafts (and leave the block it was trained on); cut after drafting,
         # the verified drafts are exactly the full block's first ones (the replay's truncation).
         self.draft_block = self.drafter.block_size if self.drafter is not None else 1
+        # deeper drafting: the draft window spans draft_depth blocks, all verified together
+        self.draft_window = recipe.draft_depth * (self.draft_block - 1) + 1
+        if recipe.draft_depth > 1 and self.drafter is not None:
+            if self.drafter.query_rows(self.draft_block) != self.draft_block:
+                raise SpecPilotError(f"recipe {recipe.name!r}: deeper drafting needs a drafter "
+                                     f"that decodes every row of its block after the anchor; "
+                                     f"{type(self.drafter).__name__} drafts from the anchor's row "
+                                     "(not built)")
+            self.block_size = self.draft_window
         self.device = target.lm_head.weight.device
         if recipe.tree_verify:
             self._check_tree(recipe, target)
@@ -129,8 +138,8 @@ class Engine:
     @property
     def context(self) -> int:
         """Largest prompt + max_new_tokens a request may ask for: a step drafts up to
-        ``draft_block`` rows past the committed tokens (a tree step up to its nodes)."""
-        rows = max(self.draft_block, self.recipe.tree_max_nodes if self.recipe.tree_verify else 0)
+        ``draft_window`` rows past the committed tokens (a tree step up to its nodes)."""
+        rows = max(self.draft_window, self.recipe.tree_max_nodes if self.recipe.tree_verify else 0)
         return self.max_len - rows - 1
 
     @property
@@ -142,7 +151,11 @@ class Engine:
         return self.target(ids, positions, cache, commit_all=True).logits[:, 0]
 
     def _draft_fn(self, draft_cache, block_ids, positions, temperature=0.0, generator=None):
-        """Drafts [B, block-1] (and q) for verify windows ``block_ids``/``positions`` [B, block]."""
+        """Drafts [B, W-1] (and q) for draft windows ``block_ids``/``positions`` [B, W]: one block
+        (W = the drafter's), or ``recipe.draft_depth`` blocks, each drafted by a pass over the
+        anchor, the drafts before it and its own masks (W = ``draft_window``)."""
+        if self.recipe.draft_depth > 1:
+            return self._deep_draft_fn(draft_cache, block_ids, positions, temperature, generator)
         rows = self.drafter.query_rows(block_ids.shape[1])
         hidden = self.drafter(self.target.draft_embed(block_ids[:, :rows]), positions[:, :rows],
                               draft_cache)
@@ -155,6 +168,24 @@ class Engine:
         if self._own_confidence:
             self._confidence = _probability_of(q, drafts)
         return drafts, q
+
+    def _deep_draft_fn(self, draft_cache, block_ids, positions, temperature=0.0, generator=None):
+        """Deeper drafting (``recipe.draft_depth`` > 1): pass d drafts block d from
+        ``[anchor, the d - 1 blocks' drafts, MASK x (B-1)]``, decoding its last B rows (their
+        first row, the last earlier draft, acting as the anchor), as if the earlier drafts had been
+        accepted. The drafter's context is the committed tokens' only: the earlier drafts enter as
+        tokens in its block. Returns the drafts [B, depth * (B-1)] and q (or None: greedy)."""
+        block, lm_head = self.draft_block, self.target.lm_head
+        drafts, qs = block_ids[:, :1], []
+        for depth in range(1, self.recipe.draft_depth + 1):
+            width = depth * (block - 1) + 1
+            ids = torch.cat([drafts, block_ids[:, drafts.shape[1]:width]], dim=1)
+            hidden = self.drafter(self.target.draft_embed(ids), positions[:, :width], draft_cache)
+            new, q = self.drafter.propose(hidden[:, width - block:], ids[:, width - block],
+                                          lm_head, temperature, generator)
+            drafts = torch.cat([drafts, new], dim=1)
+            qs.append(q)
+        return drafts[:, 1:], None if qs[0] is None else torch.cat(qs, dim=1)
 
     def _verify_fn(self, cache, draft_cache, verify_ids, positions):
         out = self.target(verify_ids, positions, cache, commit_all=False, capture=self.capture)
@@ -223,8 +254,8 @@ class Engine:
             elif self.recipe.tree_verify:
                 graphs = self._tree_graphs(cache, draft_cache, pool)
             else:
-                ids = torch.ones(1, self.draft_block, dtype=torch.long, device=dev)
-                pos = torch.arange(self.draft_block, device=dev)[None]
+                ids = torch.ones(1, self.draft_window, dtype=torch.long, device=dev)
+                pos = torch.arange(self.draft_window, device=dev)[None]
                 graphs = {"draft": CapturedStep(
                     lambda block_ids, positions: self._draft_fn(draft_cache, block_ids, positions)[0],
                     {"block_ids": ids, "positions": pos}, pool)}
@@ -497,7 +528,7 @@ class Engine:
     def _block(self, pending: torch.Tensor, start: torch.Tensor, width: int | None = None):
         """Draft windows ``[pending, MASK x (W-1)]`` at ``start ..`` for rows pending/start [R];
         ``width`` W defaults to the drafter's block."""
-        width = width or self.draft_block
+        width = width or self.draft_window
         positions = start[:, None] + torch.arange(width, device=self.device)
         block_ids = torch.full((pending.shape[0], width), self.drafter.mask_token_id,
                                device=self.device)

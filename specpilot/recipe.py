@@ -78,6 +78,11 @@ class Recipe:
     row for one of its own; 0 = join as soon as a row is free (``engines/admission.py``)."""
     admit_max_wait_steps: int = 0
     """With ``admit_ratio``: the most decode steps a request that could join waits for its group."""
+    draft_depth: int = 1
+    """Deeper drafting: blocks drafted per step, each conditioned on the ones before it as if they
+    were accepted (a drafter pass of ``[anchor, earlier drafts, MASK x (B-1)]``), all verified in
+    one forward of ``draft_depth * (B - 1) + 1`` rows. 1 = one block. Single-request, a chain (no
+    tree, no budget) with the drafter's own block (``block_size`` unset)."""
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
@@ -124,6 +129,7 @@ class Recipe:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
                                  f"got {self.block_size}")
         self._check_tree()
+        self._check_depth()
         self._check_widths()
         self._check_two_stage()
 
@@ -220,6 +226,19 @@ class Recipe:
             fail("tree verification is greedy-only (temperature 0): draft_sampling must be "
                  "'greedy'")
 
+    def _check_depth(self) -> None:
+        depth = self.draft_depth
+        if type(depth) is not int or not 1 <= depth <= 4:
+            raise SpecPilotError(f"recipe {self.name!r}: draft_depth must be an integer in 1..4, "
+                                 f"got {depth!r}")
+        clashes = [why for why, clash in (
+            ("a speculative recipe", not self.speculative), ("no tree", self.tree_verify),
+            ("verify_budget 'static'", self.verify_budget != "static"),
+            ("block_size unset (the drafter's own block)", self.block_size is not None)) if clash]
+        if depth > 1 and clashes:
+            raise SpecPilotError(f"recipe {self.name!r}: draft_depth {depth} needs "
+                                 + ", ".join(clashes))
+
     def tree_fit_error(self, block_size: int) -> str | None:
         """Why this tree does not fit a ``block_size``-wide verify window (None: it fits)."""
         if self.tree_positions > block_size - 1:
@@ -284,7 +303,7 @@ def merge_field(field: str, old, new):
 
 _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
                  "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": (),
-                 "two_stage": ()}
+                 "two_stage": (), "draft_depth": 1}
 """Fields added after recipes were first hashed, with the default that leaves them out of it."""
 
 STOCK = Recipe(name="stock")

@@ -1,6 +1,6 @@
 """Mechanisms combined stay lossless: greedy output equals greedy AR, token for token, for recipes
 that stack rollback, the snapshot kernel, verify width, the adaptive verify budget, tree
-verification, batched prefill, grouped admission and two-stage verification, one request and
+verification, deeper drafting, batched prefill, grouped admission and two-stage verification, one request and
 batched, on the trained tiny hybrid pair (real, mixed acceptance) and the Muse pair."""
 
 import pytest
@@ -26,6 +26,8 @@ SINGLE = {
                      "gdn_rollback": "replay"},
     "tree, 6 rows": {"tree_branches": 3, "tree_positions": 1, "tree_max_nodes": 12,
                      "block_size": 6},
+    "deeper drafting, replay": {"draft_depth": 2, "gdn_rollback": "replay"},
+    "deeper drafting x3, fused snapshot": {"draft_depth": 3, "gdn_snapshot": "fused"},
     # the one-launch snapshot kernel (Triton, interpreted on CPU in tests)
     "fused snapshot, sps budget": {"gdn_snapshot": "fused", "verify_budget": "sps",
                                    "sps_table": SPS},
