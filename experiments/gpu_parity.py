@@ -8,8 +8,8 @@ construction, padded buckets) for AR, stock, stock with replay rollback, AR with
 and stock with batched prefill and the fused snapshot kernel, two-stage verification, and the
 confidence budget (one captured verify per bucket and width; steep and flat steps/s tables,
 greedy and replayed acceptance), and one request at a time through the
-captured stock engine (per-token and fused snapshot kernels) and the captured tree engine (greedy
-and replayed). Every output must equal the request's greedy AR output alone, token for token.
+captured stock engine (per-token and fused snapshot kernels), the captured tree engine (greedy
+and replayed) and deeper drafting (two blocks per step). Every output must equal the request's greedy AR output alone, token for token.
 Writes ``$OUT/gpu-parity.json``; exits 1 on any mismatch. ``--checks`` runs only the checks whose
 labels start with one of its prefixes (``single_tree``: the tree engine alone).
 
@@ -71,7 +71,10 @@ def check(setting, checks: tuple[str, ...] = ("",)) -> dict:
             ("single_stock", STOCK, False), ("single_stock_fused_snapshot", fused, False),
             ("single_tree", tree, False), ("single_tree_replay_rollback",
                                            tree.replace(gdn_rollback="replay"), False),
-            ("single_tree_replayed", tree, True)):
+            ("single_tree_replayed", tree, True),
+            ("single_deeper", STOCK.replace(name="deeper", draft_depth=2), False),
+            ("single_deeper_replay_rollback",
+             STOCK.replace(name="deeper", draft_depth=2, gdn_rollback="replay"), False)):
         if not label.startswith(checks):
             continue
         engine = models.engine(recipe)
