@@ -161,8 +161,12 @@ class Replay:
 
         if engine.drafter is None:
             return None
-        return ReplayPlan(self.references[prompt_index], self.profile(engine.block_size),
-                          self.vocab_size, seed=seed)
+        # deeper drafting verifies past the drafter's block, which the profile knows nothing of:
+        # it replays the one-block profile (its later blocks are never kept), so a replayed run
+        # measures what the extra blocks cost, not what they gain
+        block = min(engine.block_size, engine.draft_block)
+        return ReplayPlan(self.references[prompt_index], self.profile(block), self.vocab_size,
+                          seed=seed)
 
 
 REFERENCE_BATCH = 32  # rows of the batched AR engine that writes the replay references on a GPU
