@@ -174,6 +174,9 @@ class BatchEngine:
         self._stage2_graphs: dict[tuple[int, int], object] = {}  # (bucket, passed bucket) -> graph
         self._budget_graphs: dict[tuple[int, int], object] = {}  # (bucket, width) -> verify graph
         self._num_sampled = self._num_replayed = self._num_forced = 0
+        # overlapped scheduling: the step queued but not yet read, (read handle, its rows' requests)
+        self._in_flight = None
+        self.overlapped_steps = 0
         self._step_kept: list[int] = []  # tokens forcing let each row keep so far this step
         self._probes = [(model, next((m for m in model.modules() if isinstance(m, Fusable)), None),
                          next((m for m in model.modules() if isinstance(m, Linear)), None))
@@ -338,15 +341,47 @@ class BatchEngine:
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Running, list[int]]]:
-        """One decode step for every running request; returns (request, new tokens) pairs."""
+        """One decode step for every running request; returns (request, new tokens) pairs.
+
+        With the recipe's ``overlap_schedule`` a step that needs no host read mid-step is queued
+        and the pairs returned are the previous step's (none for the first of a run of such
+        steps): the host reads step k while step k+1 runs. :meth:`flush` reads the last one."""
         if not self.running:
-            return []
+            return self.flush()
         self._apply_recipe()
         n = len(self.running)
         size = next((b for b in self.buckets if b >= max(n, self.min_rows)), self.max_batch) \
             if self.pad else n
         graphs = self._graphs.get(size) if not (self._num_sampled or self._num_forced) else None
         self._step_kept = [0] * n
+        if self._can_overlap(size):
+            table = self._queue(size, graphs)
+            queued, self._in_flight = self._in_flight, (
+                self.transfers.start_fetch(table[:n]), list(self.running))
+            self.overlapped_steps += 1
+            return [] if queued is None else self._deliver(
+                self.transfers.finish_fetch(queued[0]), queued[1])
+        delivered = self.flush()
+        return delivered + self._deliver(self.transfers.fetch(self._queue(size, graphs)[:n]))
+
+    def flush(self) -> list[tuple[Running, list[int]]]:
+        """Read the overlapped step still queued, if any; its (request, new tokens) pairs."""
+        queued, self._in_flight = self._in_flight, None
+        if queued is None:
+            return []
+        return self._deliver(self.transfers.finish_fetch(queued[0]), queued[1])
+
+    def _can_overlap(self, size: int) -> bool:
+        """Whether this step may be queued before the previous one is read: the recipe asks for
+        it and the step reads nothing from the host mid-way."""
+        recipe = self.engine.recipe
+        return (recipe.overlap_schedule and not (self._num_sampled or self._num_forced
+                                                 or self._num_replayed or self._budget)
+                and (self.engine.drafter is None or self._stages(size)[1] is None))
+
+    def _queue(self, size: int, graphs) -> torch.Tensor:
+        """Queue one step over ``size`` rows (its captured ``graphs``, or eagerly); the table
+        [size, 2 + W] of every row's kept tokens."""
         if self.engine.drafter is None:
             table = graphs[0]() if graphs else self._decode(size)
         else:
@@ -357,14 +392,14 @@ class BatchEngine:
                 self._forced.fill_(-1)
                 self._forced_dirty = False
             if self._budget:
-                width = self._budget_width(n, size)
+                width = self._budget_width(len(self.running), size)
                 table = (self._budget_graphs[(size, width)]() if graphs
                          else self._verify(size, self._forced, width))
             else:
                 table = graphs[1]() if graphs else self._verify(size, self._forced)
             if self._stages(size)[1] is not None:
                 table = self._second_stage(size, table, graphs is not None)
-        return self._deliver(self.transfers.fetch(table[:n]))
+        return table
 
     def budget_widths(self, size: int) -> list[int]:
         """The verify widths a budgeted step over ``size`` rows may take (each captured): about
@@ -599,11 +634,13 @@ class BatchEngine:
         self._forced.index_copy_(0, table[:, 0], table[:, 1])
         self._forced_dirty = True
 
-    def _deliver(self, table: list[list[int]]) -> list[tuple[Running, list[int]]]:
-        """Host bookkeeping from the step's one read: rows of [kept, agreed, proposed ..]."""
+    def _deliver(self, table: list[list[int]], running: list[Running] | None = None
+                 ) -> list[tuple[Running, list[int]]]:
+        """Host bookkeeping from the step's one read: rows of [kept, agreed, proposed ..] of the
+        requests ``running`` held the rows of when the step was queued (default: now)."""
         speculative = self.engine.drafter is not None
         out = []
-        for r, (kept, agreed, *proposed) in zip(self.running, table):
+        for r, (kept, agreed, *proposed) in zip(running or self.running, table):
             if speculative and r.replay is not None:
                 r.replay.agreed.append(agreed)
             if r.finish_reason is not None:
@@ -645,6 +682,7 @@ def run_requests(batch: BatchEngine, requests: list[Running], on_done=None) -> i
         if any(r.finish_reason is None for r in batch.running):
             batch.step()
             steps += 1
+    batch.flush()  # an overlapped step queued after the last request finished keeps nothing
     return steps
 
 

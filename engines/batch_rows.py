@@ -5,6 +5,7 @@ committed length, how many tokens it may still emit, and its stop ids. :class:`R
 on the device, so a step reads nothing from the host and the stop/budget clip of every row is a few
 tensor ops (:meth:`RowState.keep`). :class:`Transfers` moves the little that must cross: one
 device->host read per step (every row's kept tokens), and the host-built drafts of replayed rows.
+An overlapped step's read is started without waiting and finished after the next step is queued.
 """
 
 import torch
@@ -84,7 +85,31 @@ class Transfers:
         pinned = self.device.type == "cuda"
         self._down = torch.empty(max_rows, width, dtype=torch.long, pin_memory=pinned)
         self._up = torch.empty(max_rows, width, dtype=torch.long, pin_memory=pinned)
+        # overlapped steps: a step's table is read while the next step runs, so two slots
+        self._slots = [torch.empty_like(self._down, pin_memory=pinned) for _ in range(2)]
+        self._next_slot = 0
         self.num_fetches = 0
+
+    def start_fetch(self, table: torch.Tensor):
+        """Begin reading ``table`` [n, w] without waiting (an overlapped step's read); returns
+        the handle :meth:`finish_fetch` takes. At most two reads may be outstanding."""
+        self.num_fetches += 1
+        if self.device.type != "cuda":
+            return table.clone(), None
+        slot, self._next_slot = self._slots[self._next_slot], 1 - self._next_slot
+        host = slot.view(-1)[:table.numel()].view(table.shape)
+        host.copy_(table, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        return host, done
+
+    @staticmethod
+    def finish_fetch(handle) -> list[list[int]]:
+        """The rows a :meth:`start_fetch` read, once its copy has run."""
+        host, done = handle
+        if done is not None:
+            done.synchronize()
+        return host.tolist()
 
     def fetch(self, table: torch.Tensor) -> list[list[int]]:
         """``table`` [n, w] (int) as Python lists: one copy, one wait."""

@@ -5,11 +5,12 @@ The tiny CPU settings run with their engine moved to ``cuda`` (float32 by defaul
 batch-size dependent GEMM rounding cannot flip a near-tie). For each, 8 concurrent requests with
 ragged prompts, lengths and stop tokens go through a ``BatchEngine`` (graphs captured at
 construction, padded buckets) for AR, stock, stock with replay rollback, AR with batched prefill
-and stock with batched prefill and the fused snapshot kernel, two-stage verification, and the
+and stock with batched prefill and the fused snapshot kernel, two-stage verification, the
 confidence budget (one captured verify per bucket and width; steep and flat steps/s tables,
-greedy and replayed acceptance), and one request at a time through the
-captured stock engine (per-token and fused snapshot kernels), the captured tree engine (greedy
-and replayed) and deeper drafting (two blocks per step). Every output must equal the request's greedy AR output alone, token for token.
+greedy and replayed acceptance) and overlapped scheduling (AR and stock). One request at a time
+goes through the captured stock engine (per-token and fused snapshot kernels), the captured tree
+engine (greedy and replayed) and deeper drafting (two blocks per step). Every output must equal
+the request's greedy AR output alone, token for token.
 Writes ``$OUT/gpu-parity.json``; exits 1 on any mismatch. ``--checks`` runs only the checks whose
 labels start with one of its prefixes (``single_tree``: the tree engine alone).
 
@@ -104,7 +105,10 @@ def check(setting, checks: tuple[str, ...] = ("",)) -> dict:
             ("batched_two_stage_replayed", two_stage, True),
             ("batched_budget_steep", steep, False),
             ("batched_budget_steep_replayed", steep, True),
-            ("batched_budget_flat_replayed", flat, True)):
+            ("batched_budget_flat_replayed", flat, True),
+            # the host reads step k after step k+1 is queued (graphs, async copies, events)
+            ("batched_overlap_ar", AR.replace(overlap_schedule=True), False),
+            ("batched_overlap_stock", STOCK.replace(overlap_schedule=True), False)):
         if not label.startswith(checks):
             continue
         started = time.perf_counter()
@@ -135,6 +139,7 @@ def check(setting, checks: tuple[str, ...] = ("",)) -> dict:
         out[label] = {"graphs": bool(batch._graphs), "buckets": batch.buckets,
                       "capture_s": capture_s, "steps": steps,
                       "second_stage_rows": sum(second_stage_rows),
+                      "overlapped_steps": batch.overlapped_steps,
                       "budget_widths": {str(w): batch.budget_steps[w]
                                         for w in sorted(batch.budget_steps)},
                       "mismatched_requests": sum(g != e for g, e in zip(got, expected)),

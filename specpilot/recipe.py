@@ -83,6 +83,13 @@ class Recipe:
     were accepted (a drafter pass of ``[anchor, earlier drafts, MASK x (B-1)]``), all verified in
     one forward of ``draft_depth * (B - 1) + 1`` rows. 1 = one block. Single-request, a chain (no
     tree, no budget) with the drafter's own block (``block_size`` unset)."""
+    overlap_schedule: bool = False
+    """Batch scenarios: queue step k+1 on the GPU before the host reads step k's kept tokens, so
+    the host's bookkeeping of step k (tokens, stops, the next admissions) runs while step k+1 does.
+    Each row's state lives on the device, so step k+1 needs nothing from that read; a request that
+    finished at step k keeps nothing in step k+1 and leaves one step later. Steps that need the
+    host mid-step (sampled, forced or replayed rows, the confidence budget, two stages) run
+    unoverlapped."""
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
@@ -124,6 +131,9 @@ class Recipe:
         if type(self.batched_prefill) is not bool:
             raise SpecPilotError(f"recipe {self.name!r}: batched_prefill must be true or false, "
                                  f"got {self.batched_prefill!r}")
+        if type(self.overlap_schedule) is not bool:
+            raise SpecPilotError(f"recipe {self.name!r}: overlap_schedule must be true or false, "
+                                 f"got {self.overlap_schedule!r}")
         self._check_admission()
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
@@ -303,7 +313,8 @@ def merge_field(field: str, old, new):
 
 _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
                  "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": (),
-                 "two_stage": (), "draft_depth": 1}
+                 "two_stage": (), "draft_depth": 1,
+                 "overlap_schedule": False}
 """Fields added after recipes were first hashed, with the default that leaves them out of it."""
 
 STOCK = Recipe(name="stock")

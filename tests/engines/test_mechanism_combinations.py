@@ -1,7 +1,8 @@
 """Mechanisms combined stay lossless: greedy output equals greedy AR, token for token, for recipes
 that stack rollback, the snapshot kernel, verify width, the adaptive verify budget, tree
-verification, deeper drafting, batched prefill, grouped admission and two-stage verification, one request and
-batched, on the trained tiny hybrid pair (real, mixed acceptance) and the Muse pair."""
+verification, deeper drafting, batched prefill, grouped admission, overlapped scheduling and
+two-stage verification, one request and batched, on the trained tiny hybrid pair (real, mixed
+acceptance) and the Muse pair."""
 
 import pytest
 
@@ -36,6 +37,9 @@ BATCHED = {
     "replay, 4 rows": {"gdn_rollback": "replay", "block_size": 4},
     "snapshot, 3 rows": {"block_size": 3},
     "fused snapshot, batched prefill": {"gdn_snapshot": "fused", "batched_prefill": True},
+    "overlap, 5 rows, admission": {"overlap_schedule": True, "block_size": 5,
+                                   "batched_prefill": True, "admit_ratio": 0.5,
+                                   "admit_max_wait_steps": 2},
     # attention-only targets (the Muse pair); tests/engines/test_two_stage.py forces acceptances
     "two stage, widths, batched prefill, admission": {
         "two_stage": ((4, 10, 4),), "verify_widths": ((2, 6),), "batched_prefill": True,

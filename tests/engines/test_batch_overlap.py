@@ -1,0 +1,107 @@
+"""Overlapped scheduling (recipe ``overlap_schedule``): the host reads step k after step k+1 is
+queued. Requests still decode to their greedy AR tokens with ragged prompts, lengths and stops,
+while rows leave and join with a step in flight; steps that need the host mid-step run unoverlapped."""
+
+import pytest
+
+from specpilot import tiny
+from specpilot.engines.batch import BatchEngine
+from specpilot.engines.batch import Running
+from specpilot.engines.batch import run_requests
+from specpilot.engines.drafters.replay import AcceptanceProfile
+from specpilot.engines.drafters.replay import ReplayPlan
+from specpilot.engines.engine import SamplingParams
+from specpilot.errors import SpecPilotError
+from specpilot.recipe import AR
+from specpilot.recipe import STOCK
+from specpilot.recipe import Recipe
+
+LENGTHS = [30, 27, 24, 1, 18, 15, 12, 9]
+
+
+def _requests(prompts, refs, replay=False, block=8):
+    """One request per prompt; every other one stops at the middle token of its reference."""
+    stops = [(ref[len(ref) // 2],) if i % 2 else () for i, ref in enumerate(refs)]
+    expected = [ref[:ref.index(s[0]) + 1] if s else ref for ref, s in zip(refs, stops)]
+    reqs = [Running(str(i), list(p), SamplingParams(max_new_tokens=len(ref), ignore_eos=True,
+                                                    stop_token_ids=s), set(s))
+            for i, (p, ref, s) in enumerate(zip(prompts, refs, stops))]
+    if replay:
+        for i, (req, ref) in enumerate(zip(reqs, refs)):
+            req.replay = ReplayPlan(ref, AcceptanceProfile.parametric(5.0, block),
+                                    tiny.VOCAB_SIZE, seed=i)
+    return reqs, expected
+
+
+@pytest.mark.parametrize("setting", ["cpu_c1_tiny", "cpu_c1_tiny-muse"])
+@pytest.mark.parametrize("base", [AR, STOCK.replace(batched_prefill=True)], ids=["ar", "stock"])
+@pytest.mark.parametrize("pad", [False, True])
+def test_overlapped_batch_equals_greedy_ar(ragged, setting, base, pad):
+    """3 rows for 8 requests: every step but the first is queued while rows leave and join."""
+    models, prompts, refs = ragged(setting, LENGTHS, 9, 5)
+    batch = BatchEngine(models.engine(base.replace(overlap_schedule=True)), 3,
+                        pad_to_buckets=pad)
+    reqs, expected = _requests(prompts, refs)
+    steps = run_requests(batch, reqs)
+    assert [r.tokens for r in reqs] == expected
+    assert batch.overlapped_steps == steps > 0 and batch._in_flight is None
+    assert [r.finish_reason for r in reqs[:4]] == ["length", "stop", "length", "stop"]
+
+
+def test_a_step_is_read_after_the_next_is_queued(ragged):
+    models, prompts, refs = ragged("cpu_c1_tiny", [12, 12], 9, 5)
+    batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 2)
+    reqs, _ = _requests(prompts[:1], refs[:1])
+    batch.add(reqs[0])
+    assert batch.step() == [] and reqs[0].tokens == refs[0][:1]  # queued, not read yet
+    first = batch.step()  # queues step 2, reads step 1
+    assert [r for r, _ in first] == reqs and reqs[0].tokens == refs[0][:1 + len(first[0][1])]
+    assert batch.transfers.num_fetches == 2
+    last = batch.flush()  # reads step 2
+    assert [r for r, _ in last] == reqs and reqs[0].tokens == refs[0][:len(reqs[0].tokens)]
+    assert batch.flush() == [] and len(reqs[0].tokens) > 1 + len(first[0][1])
+
+
+def test_steps_that_read_the_host_run_unoverlapped(ragged):
+    """Replayed rows (their drafts come from the host) are not overlapped, and a step queued
+    before them is read first; tokens stay the AR ones."""
+    models, prompts, refs = ragged("cpu_c1_tiny", LENGTHS[:4], 9, 5)
+    batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 4)
+    plain, expected = _requests(prompts[:2], refs[:2])
+    replayed, expected_replayed = _requests(prompts[2:], refs[2:], replay=True)
+    for i, req in enumerate(replayed):
+        req.request_id = str(2 + i)
+    batch.add_many(plain)
+    batch.step()
+    assert batch.overlapped_steps == 1 and batch._in_flight is not None
+    batch.add_many(replayed)
+    out = batch.step()  # the queued step is read, then this one runs and is read at once
+    assert batch.overlapped_steps == 1 and batch._in_flight is None
+    # the queued step's two rows, then this step's three (request 3 ended at its prefill)
+    assert [r.request_id for r, _ in out] == ["0", "1", "0", "1", "2"]
+    overlapped_when_left = {}
+
+    def done(req):
+        overlapped_when_left[req.request_id] = batch.overlapped_steps
+
+    run_requests(batch, [], on_done=done)  # the rest, no new requests
+    assert [r.tokens for r in plain + replayed] == expected + expected_replayed
+    # none while a replayed row ran; overlapped again once they had left
+    assert overlapped_when_left["2"] == 1 and batch.overlapped_steps > 1
+
+
+def test_overlap_through_the_scheduler(tiny_models, tiny_prompts, serve_all):
+    engine = tiny_models.engine(STOCK.replace(overlap_schedule=True))
+    prompts = [p[:40 - 3 * i] for i, p in enumerate(tiny_prompts[:6])]
+    lengths = [12, 30, 7, 25, 18, 30]
+    alone = [engine.generate(p, SamplingParams(max_new_tokens=n)).tokens
+             for p, n in zip(prompts, lengths)]
+    got, _ = serve_all(engine, prompts, [SamplingParams(max_new_tokens=n) for n in lengths], 4)
+    assert got == alone
+
+
+def test_overlap_recipe_field():
+    with pytest.raises(SpecPilotError, match="overlap_schedule"):
+        Recipe.from_dict({"name": "bad", "overlap_schedule": "yes"})
+    assert STOCK.replace(overlap_schedule=False).hash() == STOCK.hash()
+    assert STOCK.replace(overlap_schedule=True).hash() != STOCK.hash()
