@@ -95,13 +95,15 @@ def run(args: Args) -> int:
 
 
 def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: str) -> None:
-    """The verify-shape terms: the verify width with the best bound, deeper drafting's upper bound,
-    two-stage verification at its best prefix against one stage of the whole block and against
-    the best single-stage width (and, for a batch, grouped admission and the widths by
-    occupancy)."""
+    """The verify-shape terms: the verify width with the best bound, deeper drafting's and (one
+    request) tree verification's upper bounds, two-stage verification at its best prefix against
+    one stage of the whole block and against the best single-stage width (and, for a batch,
+    grouped admission and the widths by occupancy)."""
     from specpilot.bench.workload import load_profile
     from specpilot.costmodel.phases import bound_by_width
+    from specpilot.costmodel.phases import TREE_TAU_GAIN_PROXY
     from specpilot.costmodel.phases import deeper_drafting_bound
+    from specpilot.costmodel.phases import tree_verify_bound
     from specpilot.costmodel.phases import two_stage_bound
     from specpilot.costmodel.phases import two_stage_verify_ms
 
@@ -117,6 +119,14 @@ def _batching_terms(args, setting, target, drafter, gpu, block: int, profile: st
           f"{deeper['p_full_block']:.3f}; bound {deeper['two_blocks']:.2f}x with a second block "
           f"vs {deeper['one_block']:.2f}x ({deeper['ratio']:.2f}x: "
           f"{'pays' if deeper['ratio'] > 1.0 else 'does not pay'})")
+    if args.concurrency == 1:
+        tree = tree_verify_bound(target, drafter, gpu, block, probs, 2 * block, 4,
+                                 context=args.context, rollback=args.rollback)
+        print(f"  tree verify ({profile}; upper bound, {2 * block} nodes on 4 paths, tau "
+              f"+{TREE_TAU_GAIN_PROXY:.1%} as measured on the proxy pair): verify "
+              f"{tree['verify_ms'][0]:.3f} -> {tree['verify_ms'][1]:.3f} ms, bound "
+              f"{tree['tree']:.2f}x vs {tree['chain']:.2f}x ({tree['ratio']:.2f}x: "
+              f"{'pays' if tree['ratio'] > 1.0 else 'does not pay'})")
     two = two_stage_verify_ms(target, drafter, gpu, block, args.concurrency, probs,
                               args.context, args.rollback)
     print(f"  two-stage verify ({profile}): best prefix {two['best_prefix']}, "

@@ -267,6 +267,43 @@ def deeper_drafting_bound(target_config: dict, drafter_config: dict, gpu: Gpu, b
             "ratio": bound_two / bound_one}
 
 
+TREE_TAU_GAIN_PROXY = 0.047
+"""Tokens per step a tree of 2 branches at the 2 least confident positions (16 nodes) added over
+the chain on the H200 proxy pair, gsm8k: tau 4.32 -> 4.52
+(experiments/results/h200-2026-11-30-proxy-compare-stock-tree-graphs.json). A measured input of
+:func:`tree_verify_bound`, not a property of other drafters."""
+
+
+def tree_verify_bound(target_config: dict, drafter_config: dict, gpu: Gpu, block_size: int,
+                      accept_probs: list[float], num_nodes: int, num_paths: int,
+                      tau_gain: float = TREE_TAU_GAIN_PROXY, context: int = 512,
+                      rollback: str = "snapshot") -> dict:
+    """An upper bound on tree verification at one request (issue 9 item 1): ``num_nodes`` verify
+    rows instead of ``block_size``, the Gated-DeltaNet recurrence run along ``num_paths`` paths of
+    ``block_size`` rows from the committed state (each path reads the state and, with snapshot
+    rollback, writes one per row), repaid by ``tau_gain``, the relative gain in tokens per step
+    (measured: a tree keeps more only where the target's token is one of the drafter's next
+    choices at the first rejected draft). The host read between draft and verify, the per-layer
+    commit and the engine's kernels are not counted. Returns the bounds of the chain and the tree
+    and their ratio."""
+    target, drafter = _meta_model(target_config), _meta_model(drafter_config)
+    tau = 1.0 + sum(k * p for k, p in enumerate(accept_probs))
+    chain = engine_costs(target_config, drafter_config, gpu, block_size, context, rollback)
+    verify = verify_cost(target, drafter, gpu, 1, num_nodes, context, rollback)
+    with torch.device("meta"):
+        layers = target.new_cache(1, context + num_nodes, rollback).layers
+    state = sum(layer.recurrent[0].numel() * 4 for layer in layers if isinstance(layer, GDNState))
+    writes = block_size if rollback == "snapshot" else 1
+    # verify_cost counted one state read and num_nodes (snapshot) writes per layer
+    extra = state * (num_paths * (1 + writes) - (1 + (num_nodes if writes > 1 else 1)))
+    tree_verify_ms = gpu.time_ms(verify.bytes + max(extra, 0.0), verify.flops)
+    others = chain["draft"].floor_ms + chain["commit"].floor_ms
+    bound_chain = tau * chain["ar"].floor_ms / (chain["verify"].floor_ms + others)
+    bound_tree = tau * (1.0 + tau_gain) * chain["ar"].floor_ms / (tree_verify_ms + others)
+    return {"chain": bound_chain, "tree": bound_tree, "ratio": bound_tree / bound_chain,
+            "verify_ms": (chain["verify"].floor_ms, tree_verify_ms)}
+
+
 def truncated_tau(accept_probs: list[float], width: int) -> float:
     """Tokens per step when each request verifies only ``width`` rows of its block (``accept_probs``
     over 0 .. block-1 drafts accepted, as a replay profile): the engine drafts the whole block and

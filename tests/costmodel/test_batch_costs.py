@@ -62,6 +62,7 @@ def test_cli_prints_the_bound_and_the_two_stage_term_at_a_concurrency(capsys):
     assert "two-stage verify against verifying fewer positions: bound" in out
     assert "verify width (tau:3.5): best" in out
     assert "deeper drafting (tau:3.5; upper bound)" in out
+    assert "tree verify" not in out  # a one-request term
     assert "verify width by occupancy (recipe verify_widths, rows >= N -> width): ((" in out
     assert "two-stage verify by occupancy (recipe two_stage" in out
     with pytest.raises(SystemExit) as exit_:
@@ -105,6 +106,29 @@ def test_deeper_drafting_pays_only_when_blocks_are_usually_accepted_whole():
     assert low["ratio"] < 1.0
     high = deeper_drafting_bound(TARGET, DRAFTER, H200, 8, 1, [0.0] * 7 + [1.0], context=256)
     assert high["p_full_block"] == 1.0 and high["ratio"] > 1.3
+
+
+def test_tree_bound_prices_the_paths_recurrence_against_its_measured_gain():
+    """Tree verification at one request: 16 verify rows cost about what 8 do (the weights
+    dominate), but on the hybrid target every path runs the Gated-DeltaNet recurrence with its own
+    per-row states. With the proxy's +4.7% tokens per step it does not pay on Qwen3.8-27B; with no
+    gain it always loses; on an attention-only target (Muse) only the extra rows cost."""
+    from specpilot.costmodel.phases import tree_verify_bound
+    from specpilot.engines.drafters.replay import AcceptanceProfile
+
+    probs = list(AcceptanceProfile.parametric(3.5, 8).probs)
+    measured = tree_verify_bound(TARGET, DRAFTER, H200, 8, probs, 16, 4, context=256)
+    assert measured["verify_ms"][1] > measured["verify_ms"][0] and measured["ratio"] < 1.0
+    free = tree_verify_bound(TARGET, DRAFTER, H200, 8, probs, 16, 4, tau_gain=0.0, context=256)
+    assert free["ratio"] < measured["ratio"]
+    more_paths = tree_verify_bound(TARGET, DRAFTER, H200, 8, probs, 16, 8, context=256)
+    assert more_paths["verify_ms"][1] > measured["verify_ms"][1]
+    muse = Path(__file__).resolve().parents[2] / "settings" / "h200_c1_muse-glimmer-30b_dflash2"
+    configs = [json.loads((muse / f).read_text()) for f in ("target_config.json",
+                                                             "drafter_config.json")]
+    attention_only = tree_verify_bound(*configs, H200, 16, list(
+        AcceptanceProfile.parametric(6.0, 16).probs), 32, 4, context=256)
+    assert 1.0 < attention_only["ratio"] < 1.047  # the gain, less the extra rows
 
 
 def test_two_stage_competes_with_fewer_verify_rows():
