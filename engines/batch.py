@@ -355,7 +355,11 @@ class BatchEngine:
         graphs = self._graphs.get(size) if not (self._num_sampled or self._num_forced) else None
         self._step_kept = [0] * n
         if self._can_overlap(size):
-            table = self._queue(size, graphs)
+            try:
+                table = self._queue(size, graphs)
+            except BaseException:
+                self._in_flight = None  # the caller fails these requests; nothing to read
+                raise
             queued, self._in_flight = self._in_flight, (
                 self.transfers.start_fetch(table[:n]), list(self.running))
             self.overlapped_steps += 1
@@ -637,14 +641,16 @@ class BatchEngine:
     def _deliver(self, table: list[list[int]], running: list[Running] | None = None
                  ) -> list[tuple[Running, list[int]]]:
         """Host bookkeeping from the step's one read: rows of [kept, agreed, proposed ..] of the
-        requests ``running`` held the rows of when the step was queued (default: now)."""
+        requests ``running`` held the rows of when the step was queued (default: now; a request
+        removed since then gets nothing)."""
         speculative = self.engine.drafter is not None
+        now = {id(r) for r in self.running} if running is not None else None
         out = []
         for r, (kept, agreed, *proposed) in zip(running or self.running, table):
             if speculative and r.replay is not None:
                 r.replay.agreed.append(agreed)
-            if r.finish_reason is not None:
-                continue  # a finished row waiting for removal
+            if r.finish_reason is not None or (now is not None and id(r) not in now):
+                continue  # a finished row waiting for removal, or one removed since
             new = proposed[:kept]
             r.tokens.extend(new)
             r.accept_lengths.append(kept)

@@ -103,6 +103,11 @@ class Engine:
                                      f"that decodes every row of its block after the anchor; "
                                      f"{type(self.drafter).__name__} drafts from the anchor's row "
                                      "(not built)")
+            limit = target.max_rows_per_forward  # a ring KV cache holds one forward of at most this
+            if limit is not None and self.draft_window > limit:
+                raise SpecPilotError(f"recipe {recipe.name!r}: draft_depth {recipe.draft_depth} "
+                                     f"verifies {self.draft_window} rows, more than the {limit} one "
+                                     f"forward of {type(target).__name__} may write")
             self.block_size = self.draft_window
         self.device = target.lm_head.weight.device
         if recipe.tree_verify:
@@ -235,7 +240,8 @@ class Engine:
         if self.drafter is not None and not self.recipe.tree_verify:
             # the verify's per-row states, kept in place
             cache.reserve_snapshots(self.block_size, self.recipe.gdn_snapshot)
-        draft_cache = self.drafter.new_cache(1, capacity) if self.drafter is not None else None
+        draft_cache = (self.drafter.new_cache(1, capacity, self.block_size)
+                       if self.drafter is not None else None)
         return cache, draft_cache
 
     def _graphs(self):
@@ -302,8 +308,9 @@ class Engine:
         return graphs
 
     def _tree_inputs(self, anchor: int, candidates, probs, replay) -> dict[str, torch.Tensor]:
-        """The verify's tree tensors on the device (padded: fixed shapes), and the paths acceptance
-        chooses from: all of them, or a replayed step's first-choice path alone."""
+        """The verify's tree tensors on the device, and the paths acceptance chooses from: all of
+        them, or a replayed step's first-choice path alone. Padded to fixed shapes with or
+        without graphs, so that an eager step (the CPU tests) runs the layout a graph captures."""
         recipe = self.recipe
         arrays = tree_arrays(anchor, candidates, probs, recipe.tree_positions, recipe.tree_max_nodes)
         paths = arrays["paths"]
@@ -412,8 +419,11 @@ class Engine:
         return proposed
 
     def _scalar(self, value: int) -> torch.Tensor:
-        """``[value]`` on the engine's device (see :meth:`_upload`)."""
-        return self._upload(torch.tensor([value]))
+        """``[value]`` on the engine's device (see :meth:`_upload`), staged straight into
+        page-locked memory on CUDA."""
+        if self.device.type != "cuda":
+            return torch.tensor([value], device=self.device)
+        return torch.tensor([value], pin_memory=True).to(self.device, non_blocking=True)
 
     def _upload(self, values) -> torch.Tensor:
         """``values`` (a host tensor or list) on the engine's device. On CUDA through page-locked
@@ -527,7 +537,8 @@ class Engine:
 
     def _block(self, pending: torch.Tensor, start: torch.Tensor, width: int | None = None):
         """Draft windows ``[pending, MASK x (W-1)]`` at ``start ..`` for rows pending/start [R];
-        ``width`` W defaults to the drafter's block."""
+        ``width`` W defaults to ``draft_window`` (the drafter's block, or deeper drafting's
+        blocks)."""
         width = width or self.draft_window
         positions = start[:, None] + torch.arange(width, device=self.device)
         block_ids = torch.full((pending.shape[0], width), self.drafter.mask_token_id,

@@ -85,11 +85,13 @@ class Recipe:
     tree, no budget) with the drafter's own block (``block_size`` unset)."""
     overlap_schedule: bool = False
     """Batch scenarios: queue step k+1 on the GPU before the host reads step k's kept tokens, so
-    the host's bookkeeping of step k (tokens, stops, the next admissions) runs while step k+1 does.
-    Each row's state lives on the device, so step k+1 needs nothing from that read; a request that
-    finished at step k keeps nothing in step k+1 and leaves one step later. Steps that need the
-    host mid-step (sampled, forced or replayed rows, the confidence budget, two stages) run
-    unoverlapped."""
+    the host's bookkeeping of step k (tokens, stops, streaming, removals) runs while step k+1
+    does. Each row's state lives on the device, so step k+1 needs nothing from that read; a
+    request that finished at step k keeps nothing in step k+1 and leaves one step later. An
+    admission still waits for the queued step (its first token is read on the host). Steps with
+    sampled, forced or replayed rows read the host mid-step and run unoverlapped, so token forcing
+    and replayed benchmarks run this recipe's steps unoverlapped. Not with the confidence budget
+    or two stages, which read the host in every step."""
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""
@@ -134,6 +136,10 @@ class Recipe:
         if type(self.overlap_schedule) is not bool:
             raise SpecPilotError(f"recipe {self.name!r}: overlap_schedule must be true or false, "
                                  f"got {self.overlap_schedule!r}")
+        if self.overlap_schedule and (self.verify_budget != "static" or self.two_stage):
+            raise SpecPilotError(f"recipe {self.name!r}: overlap_schedule queues a step before "
+                                 "the last is read; the confidence budget and two_stage read "
+                                 "the host in every step")
         self._check_admission()
         if self.block_size is not None and not 2 <= self.block_size <= 64:
             raise SpecPilotError(f"recipe {self.name!r}: block_size must be in 2..64, "
@@ -244,7 +250,9 @@ class Recipe:
         clashes = [why for why, clash in (
             ("a speculative recipe", not self.speculative), ("no tree", self.tree_verify),
             ("verify_budget 'static'", self.verify_budget != "static"),
-            ("block_size unset (the drafter's own block)", self.block_size is not None)) if clash]
+            ("block_size unset (the drafter's own block)", self.block_size is not None),
+            ("no batch verify tables (it is single-request)",
+             bool(self.verify_widths or self.two_stage))) if clash]
         if depth > 1 and clashes:
             raise SpecPilotError(f"recipe {self.name!r}: draft_depth {depth} needs "
                                  + ", ".join(clashes))

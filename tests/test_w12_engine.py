@@ -115,7 +115,7 @@ def test_recipe_hash_covers_w12():
     # hash of recipes that leave them at their defaults)
     new_fields = ("name", "w12", "tree_branches", "tree_positions", "tree_max_nodes",
                   "batched_prefill", "gdn_snapshot", "admit_ratio", "admit_max_wait_steps",
-                  "verify_widths", "two_stage")
+                  "verify_widths", "two_stage", "draft_depth", "overlap_schedule")
     old = {k: v for k, v in STOCK.to_dict().items() if k not in new_fields}
     assert STOCK.hash() == stable_hash(old)
 

@@ -283,9 +283,14 @@ class DFlashDraftModel(nn.Module, RotaryBuffers):
         windows = [layer.self_attn.window for layer in self.layers]
         return None if any(w is None for w in windows) else max(windows)
 
-    def new_cache(self, num_rows: int, capacity: int) -> ModelCache:
+    def new_cache(self, num_rows: int, capacity: int, verify_rows: int | None = None
+                  ) -> ModelCache:
+        """Context KV for ``num_rows`` requests; a ring when every layer is windowed, sized for
+        the window plus twice the rows one verify commits (``verify_rows``, default the block:
+        deeper drafting verifies more)."""
         window = self.window()
-        slots = capacity if window is None else min(capacity, window + 2 * self.block_size)
+        rows = max(self.block_size, verify_rows or 0)
+        slots = capacity if window is None else min(capacity, window + 2 * rows)
         weight = self.fc.weight
         return ModelCache([
             KVCache(num_rows, slots, layer.self_attn.num_kv_heads, layer.self_attn.head_dim,

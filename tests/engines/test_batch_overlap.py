@@ -90,18 +90,66 @@ def test_steps_that_read_the_host_run_unoverlapped(ragged):
     assert overlapped_when_left["2"] == 1 and batch.overlapped_steps > 1
 
 
-def test_overlap_through_the_scheduler(tiny_models, tiny_prompts, serve_all):
+def test_a_request_removed_with_a_step_in_flight_gets_nothing_from_it(ragged):
+    models, prompts, refs = ragged("cpu_c1_tiny", [20, 20], 9, 5)
+    batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 2)
+    reqs, _ = _requests(prompts, refs)
+    batch.add_many(reqs)
+    batch.step()
+    batch.step()  # step 2 queued, step 1 read
+    before = list(reqs[0].tokens)
+    batch.remove(reqs[0])  # unfinished (a caller's cancel), with step 2 in flight
+    assert [r for r, _ in batch.flush()] == [reqs[1]] and reqs[0].tokens == before
+    assert reqs[1].tokens == refs[1][:len(reqs[1].tokens)]
+
+
+def test_a_failed_step_leaves_nothing_in_flight(ragged, monkeypatch):
+    models, prompts, refs = ragged("cpu_c1_tiny", [20], 9, 5)
+    batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 2)
+    reqs, _ = _requests(prompts, refs)
+    batch.add_many(reqs)
+    batch.step()
+    assert batch._in_flight is not None
+
+    def broken(size, graphs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(batch, "_queue", broken)
+    with pytest.raises(RuntimeError, match="device lost"):
+        batch.step()
+    assert batch._in_flight is None and batch.flush() == []
+
+
+def test_overlap_through_the_scheduler(tiny_models, tiny_prompts, serve_all, monkeypatch):
+    built = []
+    init = BatchEngine.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(BatchEngine, "__init__", recording)
     engine = tiny_models.engine(STOCK.replace(overlap_schedule=True))
     prompts = [p[:40 - 3 * i] for i, p in enumerate(tiny_prompts[:6])]
     lengths = [12, 30, 7, 25, 18, 30]
     alone = [engine.generate(p, SamplingParams(max_new_tokens=n)).tokens
              for p, n in zip(prompts, lengths)]
-    got, _ = serve_all(engine, prompts, [SamplingParams(max_new_tokens=n) for n in lengths], 4)
+    got, stats = serve_all(engine, prompts, [SamplingParams(max_new_tokens=n) for n in lengths],
+                           4)
     assert got == alone
+    assert len(built) == 1 and 0 < built[0].overlapped_steps == stats.steps_total
 
 
-def test_overlap_recipe_field():
+@pytest.mark.parametrize("changes", [
+    {"overlap_schedule": "yes"}, {"overlap_schedule": 1},
+    {"overlap_schedule": True, "verify_budget": "sps", "sps_table": [[2, 1.0]]},
+    {"overlap_schedule": True, "two_stage": [[4, 8, 3]]},
+])
+def test_overlap_recipe_field(changes):
     with pytest.raises(SpecPilotError, match="overlap_schedule"):
-        Recipe.from_dict({"name": "bad", "overlap_schedule": "yes"})
+        Recipe.from_dict({"name": "bad", **changes})
+
+
+def test_overlap_recipe_hash():
     assert STOCK.replace(overlap_schedule=False).hash() == STOCK.hash()
     assert STOCK.replace(overlap_schedule=True).hash() != STOCK.hash()

@@ -50,8 +50,8 @@ def test_deeper_drafting_equals_ar_and_accepts_past_one_block(trained, rollback)
 
 
 def test_first_block_is_the_stock_draft_and_the_second_follows_it(trained):
-    """Pass one is exactly the one-block draft; pass two sees the first block's drafts as tokens:
-    changing them changes its drafts."""
+    """Pass one is exactly the one-block draft; pass two's block is the anchor, pass one's drafts
+    (as tokens) and its own masks."""
     models, prompts = trained
     stock, deep = models.engine(STOCK), models.engine(DEEP)
     block = stock.draft_block
@@ -92,8 +92,34 @@ def test_deeper_drafting_on_muse_and_dflash(tiny_models, tiny_prompts):
     for target, drafter in (muse, dflash):
         ar = Engine(target, None, AR, max_len=512)
         deep = Engine(target, drafter, DEEP.replace(draft_depth=3), max_len=512)
+        if drafter.window() is not None:  # a ring: sized for the deep verify's rows
+            ring = deep._new_state(512)[1].layers[0].capacity
+            assert ring >= drafter.window() + 2 * deep.draft_window
         for prompt in tiny_prompts[:2]:
             assert deep.generate(prompt, params).tokens == ar.generate(prompt, params).tokens
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4])
+def test_a_ring_drafter_keeps_its_window_through_deep_verifies(depth):
+    """An all-sliding-window drafter keeps its context as a ring; a deep verify commits
+    depth * (B-1) + 1 rows of context, then the next step re-commits from its first unaccepted
+    row. Every position of the window before the next draft must still be there."""
+    drafter = load_model(tiny.tiny_muse_assistant())
+    window, block = drafter.window(), drafter.block_size
+    assert window is not None  # the Muse assistant: every layer windowed, so a ring
+    rows = depth * (block - 1) + 1
+    cache = drafter.new_cache(1, 4096, verify_rows=rows)
+    kv = cache.layers[0]
+    assert kv.capacity < 4096  # a ring
+    generator = torch.Generator().manual_seed(0)
+    committed = 0
+    for _ in range(40):
+        aux = torch.randn(1, rows, drafter.fc.in_features, generator=generator)
+        drafter.commit_context(aux, committed + torch.arange(rows)[None], cache)
+        committed += int(torch.randint(1, rows + 1, (), generator=generator))
+        kv.truncate(torch.tensor([committed]))  # the engine's commit drops the unaccepted rows
+        held = set(kv.pos[0][kv.pos[0] >= 0].tolist())
+        assert set(range(max(0, committed - window), committed)) <= held
 
 
 def test_token_forcing_passes_for_deeper_drafting(trained):
@@ -105,8 +131,9 @@ def test_token_forcing_passes_for_deeper_drafting(trained):
 
 
 def test_sampled_requests_run_deeper_drafting(trained):
-    """At T > 0 the chain of both blocks goes through exact rejection sampling (greedy drafts are
-    point masses; sampled drafts carry both passes' q); a seed reproduces its output."""
+    """At T > 0 the chain of both blocks goes through rejection sampling (greedy drafts are point
+    masses; sampled drafts carry both passes' q): it runs to the token budget, and a seed
+    reproduces its output."""
     models, prompts = trained
     params = SamplingParams(max_new_tokens=24, temperature=0.8, seed=3, ignore_eos=True)
     for sampling in ("greedy", "sample"):
@@ -120,6 +147,7 @@ def test_sampled_requests_run_deeper_drafting(trained):
     {"draft_depth": 2, "speculative": False}, {"draft_depth": 2, "block_size": 8},
     {"draft_depth": 2, "tree_branches": 2, "tree_positions": 1},
     {"draft_depth": 2, "verify_budget": "sps", "sps_table": [[2, 1.0]]},
+    {"draft_depth": 2, "verify_widths": [[2, 4]]},
 ])
 def test_bad_depth_recipes_raise(changes):
     with pytest.raises(SpecPilotError, match="draft_depth"):

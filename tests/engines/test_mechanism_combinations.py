@@ -37,9 +37,8 @@ BATCHED = {
     "replay, 4 rows": {"gdn_rollback": "replay", "block_size": 4},
     "snapshot, 3 rows": {"block_size": 3},
     "fused snapshot, batched prefill": {"gdn_snapshot": "fused", "batched_prefill": True},
-    "overlap, 5 rows, admission": {"overlap_schedule": True, "block_size": 5,
-                                   "batched_prefill": True, "admit_ratio": 0.5,
-                                   "admit_max_wait_steps": 2},
+    "overlap, 5 rows, batched prefill": {"overlap_schedule": True, "block_size": 5,
+                                         "batched_prefill": True},
     # attention-only targets (the Muse pair); tests/engines/test_two_stage.py forces acceptances
     "two stage, widths, batched prefill, admission": {
         "two_stage": ((4, 10, 4),), "verify_widths": ((2, 6),), "batched_prefill": True,
@@ -78,3 +77,4 @@ def test_batched(pair, name):
     engine = models.engine(STOCK.replace(name=name, **BATCHED[name]))
     batch = BatchEngine(engine, 4, pad_to_buckets=True)  # 3 rows on the bucket of 4
     assert generate_all(batch, prompts, PARAMS) == reference
+    assert (batch.overlapped_steps > 0) == engine.recipe.overlap_schedule

@@ -223,7 +223,9 @@ def test_build_tree_shape_and_budget():
     assert torch.equal(padded.paths[:3], tree.paths) and (padded.paths[3:] == tree.paths[0]).all()
     assert torch.equal(padded.tokens[:12], tree.tokens) and padded.tokens[12:].tolist() == [1, 1]
     assert torch.equal(padded.ancestors[:12, :12], tree.ancestors)
-    assert torch.equal(padded.ancestors[12:], torch.eye(14, dtype=torch.bool)[12:])  # seen by none
+    # a padding node sees only itself, and no node sees it
+    assert torch.equal(padded.ancestors[12:], torch.eye(14, dtype=torch.bool)[12:])
+    assert not padded.ancestors[:12, 12:].any()
     assert torch.equal(padded.node_path[:12], tree.node_path)
 
 
