@@ -63,6 +63,28 @@ def serve_all():
 
 
 @pytest.fixture
+def against_ar():
+    """``against_ar(ar, engines, prompts, params)``: every engine of ``engines`` (name -> engine)
+    on every prompt, each output asserted equal to greedy AR's; returns, per name, the prompts'
+    GenerationResults and the step-weighted tau over all of them."""
+    def run(ar, engines: dict, prompts, params):
+        results = {name: [] for name in engines}
+        for prompt in prompts:
+            ref = ar.generate(prompt, params).tokens
+            for name, engine in engines.items():
+                out = engine.generate(prompt, params)
+                assert out.tokens == ref, name
+                results[name].append(out)
+        taus = {}
+        for name, outs in results.items():
+            lengths = [n for out in outs for n in out.accept_lengths]
+            taus[name] = sum(lengths) / len(lengths)
+        return results, taus
+
+    return run
+
+
+@pytest.fixture
 def ragged():
     """``ragged(setting, lengths, first, step)``: the setting's models, one gsm8k prompt per entry
     of ``lengths`` cut to ``first + step * i`` tokens, and each prompt's greedy AR tokens (that

@@ -31,21 +31,16 @@ def trained():
 
 
 @pytest.mark.parametrize("rollback", ["snapshot", "replay"])
-def test_deeper_drafting_equals_ar_and_accepts_past_one_block(trained, rollback):
+def test_deeper_drafting_equals_ar_and_accepts_past_one_block(trained, rollback, against_ar):
     models, prompts = trained
-    ar, stock = models.engine(AR), models.engine(STOCK.replace(gdn_rollback=rollback))
+    stock = models.engine(STOCK.replace(gdn_rollback=rollback))
     deep = models.engine(DEEP.replace(gdn_rollback=rollback))
     block = models.drafter.block_size
     assert deep.block_size == deep.draft_window == 2 * block - 1
-    lengths = {"stock": [], "deep": []}
-    for prompt in prompts:
-        ref = ar.generate(prompt, PARAMS).tokens
-        for name, engine in (("stock", stock), ("deep", deep)):
-            out = engine.generate(prompt, PARAMS)
-            assert out.tokens == ref, name
-            lengths[name] += out.accept_lengths
-    assert max(lengths["stock"]) <= block < max(lengths["deep"])  # kept drafts of block two
-    tau = {name: sum(n) / len(n) for name, n in lengths.items()}
+    results, tau = against_ar(models.engine(AR), {"stock": stock, "deep": deep}, prompts, PARAMS)
+    longest = {name: max(n for out in outs for n in out.accept_lengths)
+               for name, outs in results.items()}
+    assert longest["stock"] <= block < longest["deep"]  # kept drafts of block two
     assert tau["deep"] >= tau["stock"], tau
 
 
