@@ -10,9 +10,11 @@ A step reads the host once. Each row's pending token, committed length, token bu
 live on the device (:class:`~specpilot.engines.batch_rows.RowState`), so the draft and verify inputs,
 greedy acceptance, the stop/budget clip and the cache commit are tensor ops over all rows, written
 into buffers sized for ``max_batch``; the step ends with one device->host copy of every row's kept
-tokens. Only requests with their own random state are visited one by one, still without reading the
-host: a sampled request draws from its own generator, and a replay plan (benchmarks) draws its
-acceptance on the host, uploaded for all replayed rows in one copy.
+tokens. Only requests that sample are visited one by one, still without reading the host: each
+draws from its own generator. A replay plan (benchmarks) takes its draws when its request joins
+(one per step it may take); its reference continuation and draws live on the device, where each
+step builds the replayed rows' drafts and drawn counts (as ``ReplayPlan.override`` would); the
+host records the draws as it reads the steps.
 
 CUDA graphs per batch bucket: a step of n requests runs on the smallest bucket (1, 2, 4, .. up to
 ``max_batch``) that holds them, verifying the recipe's width for that bucket (``verify_widths``:
@@ -21,8 +23,8 @@ fewer positions per request once many rows share the forward; the whole block by
 prefilled into it). The step is two fixed-shape parts, each captured once per bucket when the
 engine is built (the batch is empty then, so capture disturbs nothing): the draft (rows' verify
 windows -> drafts) and the rest (verify, greedy acceptance with the replayed rows' forced counts,
-the stop/budget clip, the commit -> the table the host reads). Between them the host may overwrite
-replayed rows' drafts. Requests that sample run the same parts eagerly.
+the stop/budget clip, the commit -> the table the host reads). Between them the replayed rows'
+drafts are overwritten on the device. Requests that sample run the same parts eagerly.
 
 The confidence budget (the recipe's ``verify_budget='sps'``, any drafter family) sizes each step's
 verify from the drafts: the draft part also writes each row's confidence per draft (DSpark's
@@ -157,6 +159,15 @@ class BatchEngine:
             # part reads this buffer, so it is cleared whenever no row is replayed
             self._forced = torch.full((max_batch,), -1, dtype=torch.long, device=device)
             self._forced_dirty = False
+            # replayed rows, on the device: the reference continuation, the draws taken ahead
+            # (one per step), the steps replayed so far, prompt length - 1, and which rows replay
+            self._replay_ref = torch.zeros(max_batch, engine.max_len, dtype=torch.long,
+                                           device=device)
+            self._replay_draws = torch.zeros(max_batch, engine.max_len, dtype=torch.long,
+                                             device=device)
+            self._replay_steps = torch.zeros(max_batch, dtype=torch.long, device=device)
+            self._replay_base = torch.zeros(max_batch, dtype=torch.long, device=device)
+            self._replayed = torch.zeros(max_batch, dtype=torch.bool, device=device)
             # two-stage verify: the rows whose first stage passed (written by the first stage)
             self._passed = torch.zeros(max_batch, dtype=torch.bool, device=device)
             self._agrees_through = torch.zeros(max_batch, dtype=torch.bool, device=device)
@@ -242,6 +253,8 @@ class BatchEngine:
         self._maybe_finish(req)
         remaining = 0 if req.finish_reason else req.params.max_new_tokens - len(req.tokens)
         self.rows.set_row(row, req.tokens[-1], req.committed, remaining, req.stops)
+        if req.replay is not None and e.drafter is not None:
+            self._start_replay(req, row, remaining)
         self.running.append(req)
         self._count(req, +1)
 
@@ -320,6 +333,21 @@ class BatchEngine:
         for i, req in enumerate(reqs):
             self._start(req, first + i, out.logits[i:i + 1, -1])
 
+    def _start_replay(self, req: Running, row: int, remaining: int) -> None:
+        """Put a replayed request's reference and its draws (one per step it may take) on the
+        device (:meth:`_replay_on_device` builds its drafts from them)."""
+        plan, width = req.replay, self._replay_ref.shape[1]
+        draws = plan.draw_ahead(remaining)[:width]
+        values = torch.zeros(2, width, dtype=torch.long)
+        reference = plan.reference[:width]
+        values[0, :len(reference)] = torch.tensor(reference, dtype=torch.long)
+        values[1, :len(draws)] = torch.tensor(draws, dtype=torch.long)
+        values = values.to(self._replay_ref.device)
+        self._replay_ref[row], self._replay_draws[row] = values[0], values[1]
+        self._replay_steps[row] = 0
+        self._replay_base[row] = len(req.prompt_ids) - 1
+        self._replayed[row] = True
+
     def _maybe_finish(self, req: Running) -> None:
         if req.tokens and req.tokens[-1] in req.stops:
             req.finish_reason = "stop"
@@ -334,8 +362,14 @@ class BatchEngine:
             if self.draft_cache is not None:
                 self.draft_cache.copy_row(last, row)
             self.rows.copy_row(last, row)
+            if self.engine.drafter is not None:
+                for t in (self._replay_ref, self._replay_draws, self._replay_steps,
+                          self._replay_base, self._replayed):
+                    t[row] = t[last]
             self.running[row] = self.running[last]
         self.rows.vacate(last)
+        if self.engine.drafter is not None:
+            self._replayed[last] = False
         self.running.pop()
         self._count(req, -1)
 
@@ -354,6 +388,7 @@ class BatchEngine:
             if self.pad else n
         graphs = self._graphs.get(size) if not (self._num_sampled or self._num_forced) else None
         self._step_kept = [0] * n
+        num_drafts = self._width(size) - 1 if self.engine.drafter is not None else 0
         if self._can_overlap(size):
             try:
                 table = self._queue(size, graphs)
@@ -361,26 +396,27 @@ class BatchEngine:
                 self._in_flight = None  # the caller fails these requests; nothing to read
                 raise
             queued, self._in_flight = self._in_flight, (
-                self.transfers.start_fetch(table[:n]), list(self.running))
+                self.transfers.start_fetch(table[:n]), list(self.running), num_drafts)
             self.overlapped_steps += 1
             return [] if queued is None else self._deliver(
-                self.transfers.finish_fetch(queued[0]), queued[1])
+                self.transfers.finish_fetch(queued[0]), *queued[1:])
         delivered = self.flush()
-        return delivered + self._deliver(self.transfers.fetch(self._queue(size, graphs)[:n]))
+        table = self.transfers.fetch(self._queue(size, graphs)[:n])
+        return delivered + self._deliver(table, None, num_drafts)
 
     def flush(self) -> list[tuple[Running, list[int]]]:
         """Read the overlapped step still queued, if any; its (request, new tokens) pairs."""
         queued, self._in_flight = self._in_flight, None
         if queued is None:
             return []
-        return self._deliver(self.transfers.finish_fetch(queued[0]), queued[1])
+        return self._deliver(self.transfers.finish_fetch(queued[0]), *queued[1:])
 
     def _can_overlap(self, size: int) -> bool:
         """Whether this step may be queued before the previous one is read: the recipe asks for
         it and the step reads nothing from the host mid-way."""
         recipe = self.engine.recipe
         return (recipe.overlap_schedule and not (self._num_sampled or self._num_forced
-                                                 or self._num_replayed or self._budget)
+                                                 or self._budget)
                 and (self.engine.drafter is None or self._stages(size)[1] is None))
 
     def _queue(self, size: int, graphs) -> torch.Tensor:
@@ -391,7 +427,7 @@ class BatchEngine:
         else:
             drafts = graphs[0]() if graphs else self._draft(size)
             if self._num_replayed:
-                self._replay_drafts(drafts)
+                self._replay_on_device(size, drafts)
             elif self._forced_dirty:
                 self._forced.fill_(-1)
                 self._forced_dirty = False
@@ -624,33 +660,41 @@ class BatchEngine:
         if self.draft_cache is not None:
             self.draft_cache.reset()
 
-    def _replay_drafts(self, drafts: torch.Tensor) -> None:
-        """Put the replay plans' drafts into their rows and their drawn counts into the forced
-        counts (one upload)."""
-        table = []
-        for i, r in enumerate(self.running):
-            if r.replay is not None:
-                tokens = r.replay.override(len(r.tokens), drafts.shape[1])
-                table.append([i, r.replay.drawn[-1], *tokens])
-        table = self.transfers.upload(table)
-        drafts.index_copy_(0, table[:, 0], table[:, 2:])
-        self._forced.fill_(-1)
-        self._forced.index_copy_(0, table[:, 0], table[:, 1])
+    def _replay_on_device(self, size: int, drafts: torch.Tensor) -> None:
+        """Replayed rows' drafts and drawn counts (``ReplayPlan.override`` for every live replayed
+        row at once, from the draws taken at admission): the reference continuation from the
+        row's next token for the first k drafts, then tokens that are certainly not the target's
+        choice; k goes into the forced counts. Reads nothing from the host."""
+        num_drafts = drafts.shape[1]
+        live = self._replayed[:size] & (self.rows.remaining[:size] > 0)
+        steps = self._replay_steps[:size]
+        k = self._replay_draws[:size].gather(1, steps[:, None])[:, 0].clamp(max=num_drafts)
+        offsets = self._offsets[:num_drafts]
+        generated = self.rows.committed[:size] - self._replay_base[:size]
+        at = (generated[:, None] + offsets).clamp(max=self._replay_ref.shape[1] - 1)
+        reference = self._replay_ref[:size].gather(1, at)
+        tokens = torch.where(offsets < k[:, None], reference,
+                             (reference + 1) % self.engine.target.vocab_size)
+        drafts.copy_(torch.where(live[:, None], tokens, drafts))
+        self._forced[:size] = torch.where(live, k, -1)
+        steps += live.long()
         self._forced_dirty = True
 
-    def _deliver(self, table: list[list[int]], running: list[Running] | None = None
-                 ) -> list[tuple[Running, list[int]]]:
+    def _deliver(self, table: list[list[int]], running: list[Running] | None = None,
+                 num_drafts: int = 0) -> list[tuple[Running, list[int]]]:
         """Host bookkeeping from the step's one read: rows of [kept, agreed, proposed ..] of the
         requests ``running`` held the rows of when the step was queued (default: now; a request
-        removed since then gets nothing)."""
+        removed since then gets nothing). ``num_drafts``: the step's drafts per row (a replayed
+        row's draw is recorded capped to it, as its drafts were built)."""
         speculative = self.engine.drafter is not None
         now = {id(r) for r in self.running} if running is not None else None
         out = []
         for r, (kept, agreed, *proposed) in zip(running or self.running, table):
-            if speculative and r.replay is not None:
-                r.replay.agreed.append(agreed)
             if r.finish_reason is not None or (now is not None and id(r) not in now):
                 continue  # a finished row waiting for removal, or one removed since
+            if speculative and r.replay is not None:
+                r.replay.record(num_drafts)
+                r.replay.agreed.append(agreed)
             new = proposed[:kept]
             r.tokens.extend(new)
             r.accept_lengths.append(kept)

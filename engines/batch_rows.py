@@ -3,9 +3,9 @@
 A batched step needs, per running request: the pending token (last output, not yet fed), the
 committed length, how many tokens it may still emit, and its stop ids. :class:`RowState` keeps them
 on the device, so a step reads nothing from the host and the stop/budget clip of every row is a few
-tensor ops (:meth:`RowState.keep`). :class:`Transfers` moves the little that must cross: one
-device->host read per step (every row's kept tokens), and the host-built drafts of replayed rows.
-An overlapped step's read is started without waiting and finished after the next step is queued.
+tensor ops (:meth:`RowState.keep`). :class:`Transfers` moves what must cross: one device->host read
+per step (every row's kept tokens). An overlapped step's read is started without waiting and
+finished after the next step is queued.
 """
 
 import torch
@@ -73,18 +73,17 @@ class RowState:
 
 
 class Transfers:
-    """Host<->device copies of the batched engine, through page-locked buffers on CUDA.
+    """The batched engine's device->host reads, through page-locked buffers on CUDA.
 
-    ``fetch`` is the step's one device->host read (it waits for the step); ``upload`` is
-    asynchronous. Both buffers are reused: an upload staged for step k is consumed before step k's
-    fetch returns, so step k+1 may overwrite it. ``num_fetches`` counts the reads.
+    ``fetch`` is the step's one read (it waits for the step); ``start_fetch`` / ``finish_fetch``
+    split an overlapped step's read around the queueing of the next. ``num_fetches`` counts the
+    reads.
     """
 
     def __init__(self, max_rows: int, width: int, device):
         self.device = torch.device(device)
         pinned = self.device.type == "cuda"
         self._down = torch.empty(max_rows, width, dtype=torch.long, pin_memory=pinned)
-        self._up = torch.empty(max_rows, width, dtype=torch.long, pin_memory=pinned)
         # overlapped steps: a step's table is read while the next step runs, so two slots
         self._slots = [torch.empty_like(self._down, pin_memory=pinned) for _ in range(2)]
         self._next_slot = 0
@@ -120,12 +119,3 @@ class Transfers:
         host.copy_(table, non_blocking=True)
         torch.cuda.current_stream(self.device).synchronize()
         return host.tolist()
-
-    def upload(self, rows: list[list[int]]) -> torch.Tensor:
-        """Rows of ints (all the same length) as a device tensor, without waiting for the device."""
-        table = torch.tensor(rows, dtype=torch.long)
-        if self.device.type != "cuda":
-            return table
-        staged = self._up.view(-1)[:table.numel()].view(table.shape)
-        staged.copy_(table)
-        return staged.to(self.device, non_blocking=True)

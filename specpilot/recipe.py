@@ -89,9 +89,9 @@ class Recipe:
     does. Each row's state lives on the device, so step k+1 needs nothing from that read; a
     request that finished at step k keeps nothing in step k+1 and leaves one step later. An
     admission still waits for the queued step (its first token is read on the host). Steps with
-    sampled, forced or replayed rows read the host mid-step and run unoverlapped, so token forcing
-    and replayed benchmarks run this recipe's steps unoverlapped. Not with the confidence budget
-    or two stages, which read the host in every step."""
+    sampled or forced rows read the host mid-step and run unoverlapped, so token forcing runs this
+    recipe's steps unoverlapped (replayed benchmark rows do overlap: their drafts are built on the
+    device). Not with the confidence budget or two stages, which read the host in every step."""
     tree_max_nodes: int = 32
     """Node budget of a tree step = verify rows, the anchor included: the first-choice path always
     fits (it must be >= the block size); alternative paths are added best-first while they fit."""

@@ -84,10 +84,27 @@ class ReplayPlan:
 
     def __post_init__(self):
         self._generator = torch.Generator().manual_seed(self.seed)
+        self._ahead: list[int] = []  # draws taken ahead of their steps (draw_ahead)
+
+    def draw_ahead(self, num_steps: int) -> list[int]:
+        """The next ``num_steps`` draws, taken now (a batched engine replays them on the device);
+        :meth:`override` and :meth:`record` use them in order before drawing more."""
+        self._ahead += [self.profile.sample(self._generator) for _ in range(num_steps)]
+        return list(self._ahead)
+
+    def _draw(self) -> int:
+        return self._ahead.pop(0) if self._ahead else self.profile.sample(self._generator)
+
+    def record(self, num_drafts: int) -> int:
+        """Take the next draw for a step of ``num_drafts`` drafts replayed elsewhere (its drafts
+        were built from the same draw): appends it, capped, to ``drawn``."""
+        k = min(self._draw(), num_drafts)
+        self.drawn.append(k)
+        return k
 
     def override(self, generated_so_far: int, num_drafts: int) -> list[int]:
         """Draft tokens for the step whose first draft is generated token ``generated_so_far``."""
-        k = min(self.profile.sample(self._generator), num_drafts)
+        k = min(self._draw(), num_drafts)
         self.drawn.append(k)
         ref = self.reference[generated_so_far:generated_so_far + num_drafts]
         ref = ref + [0] * (num_drafts - len(ref))  # past the reference: any token will do

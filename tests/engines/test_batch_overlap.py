@@ -1,6 +1,7 @@
 """Overlapped scheduling (recipe ``overlap_schedule``): the host reads step k after step k+1 is
 queued. Requests still decode to their greedy AR tokens with ragged prompts, lengths and stops,
-while rows leave and join with a step in flight; steps that need the host mid-step run unoverlapped."""
+while rows leave and join with a step in flight; replayed rows (benchmarks) replay on the device
+exactly as one request does; steps that need the host mid-step run unoverlapped."""
 
 import pytest
 
@@ -63,21 +64,19 @@ def test_a_step_is_read_after_the_next_is_queued(ragged):
 
 
 def test_steps_that_read_the_host_run_unoverlapped(ragged):
-    """Replayed rows (their drafts come from the host) are not overlapped, and a step queued
-    before them is read first; tokens stay the AR ones."""
+    """A sampled row (its acceptance draws from its generator on the host) is not overlapped, and
+    a step queued before it joins is read first; the greedy rows keep their AR tokens."""
     models, prompts, refs = ragged("cpu_c1_tiny", LENGTHS[:4], 9, 5)
     batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 4)
     plain, expected = _requests(prompts[:2], refs[:2])
-    replayed, expected_replayed = _requests(prompts[2:], refs[2:], replay=True)
-    for i, req in enumerate(replayed):
-        req.request_id = str(2 + i)
+    sampled = Running("2", list(prompts[2]), SamplingParams(max_new_tokens=6, temperature=0.8,
+                                                            seed=1, ignore_eos=True), set())
     batch.add_many(plain)
     batch.step()
     assert batch.overlapped_steps == 1 and batch._in_flight is not None
-    batch.add_many(replayed)
+    batch.add_many([sampled])
     out = batch.step()  # the queued step is read, then this one runs and is read at once
     assert batch.overlapped_steps == 1 and batch._in_flight is None
-    # the queued step's two rows, then this step's three (request 3 ended at its prefill)
     assert [r.request_id for r, _ in out] == ["0", "1", "0", "1", "2"]
     overlapped_when_left = {}
 
@@ -85,9 +84,32 @@ def test_steps_that_read_the_host_run_unoverlapped(ragged):
         overlapped_when_left[req.request_id] = batch.overlapped_steps
 
     run_requests(batch, [], on_done=done)  # the rest, no new requests
-    assert [r.tokens for r in plain + replayed] == expected + expected_replayed
-    # none while a replayed row ran; overlapped again once they had left
+    assert [r.tokens for r in plain] == expected and len(sampled.tokens) == 6
+    # none while the sampled row ran; overlapped again once it had left
     assert overlapped_when_left["2"] == 1 and batch.overlapped_steps > 1
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_replayed_rows_replay_on_the_device_as_one_request_does(ragged, overlap):
+    """Replayed acceptance in a batch (drafts and draws on the device, overlapped or not) keeps
+    each request's AR tokens and steps exactly as the single-request engine replaying the same
+    plan: the same draws, step by step, and the same accept lengths."""
+    models, prompts, refs = ragged("cpu_c1_tiny", LENGTHS, 9, 5)
+    block = models.drafter.block_size
+    batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=overlap)), 3,
+                        pad_to_buckets=True)
+    reqs, expected = _requests(prompts, refs, replay=True, block=block)
+    run_requests(batch, reqs)
+    assert [r.tokens for r in reqs] == expected
+    assert (batch.overlapped_steps > 0) == overlap
+    engine = models.engine(STOCK)
+    for req, ref in zip(reqs, refs):
+        alone = ReplayPlan(ref, AcceptanceProfile.parametric(5.0, block), tiny.VOCAB_SIZE,
+                           seed=int(req.request_id))
+        out = engine.generate(list(req.prompt_ids), req.params, replay=alone)
+        assert out.tokens == req.tokens
+        assert req.accept_lengths == out.accept_lengths, req.request_id
+        assert req.replay.drawn == alone.drawn and len(req.replay.agreed) == len(alone.agreed)
 
 
 def test_a_request_removed_with_a_step_in_flight_gets_nothing_from_it(ragged):
