@@ -671,7 +671,8 @@ class BatchEngine:
         k = self._replay_draws[:size].gather(1, steps[:, None])[:, 0].clamp(max=num_drafts)
         offsets = self._offsets[:num_drafts]
         generated = self.rows.committed[:size] - self._replay_base[:size]
-        at = (generated[:, None] + offsets).clamp(max=self._replay_ref.shape[1] - 1)
+        # (a row that does not replay may hold a former request's base: any index will do there)
+        at = (generated[:, None] + offsets).clamp(0, self._replay_ref.shape[1] - 1)
         reference = self._replay_ref[:size].gather(1, at)
         tokens = torch.where(offsets < k[:, None], reference,
                              (reference + 1) % self.engine.target.vocab_size)

@@ -112,6 +112,18 @@ def test_replayed_rows_replay_on_the_device_as_one_request_does(ragged, overlap)
         assert req.replay.drawn == alone.drawn and len(req.replay.agreed) == len(alone.agreed)
 
 
+def test_a_row_a_replayed_request_left_serves_a_plain_one(ragged):
+    """A replayed request with a long prompt leaves; a plain request with a short prompt takes its
+    row while another replayed row still runs (the row keeps the old request's replay offsets)."""
+    models, prompts, refs = ragged("cpu_c1_tiny", [3, 30, 20], 60, -25)
+    batch = BatchEngine(models.engine(STOCK), 2)
+    reqs, expected = _requests(prompts, refs, replay=True, block=models.drafter.block_size)
+    reqs[2].replay = None
+    assert len(reqs[0].prompt_ids) > len(reqs[2].prompt_ids) + 20
+    run_requests(batch, reqs)
+    assert [r.tokens for r in reqs] == expected
+
+
 def test_a_request_removed_with_a_step_in_flight_gets_nothing_from_it(ragged):
     models, prompts, refs = ragged("cpu_c1_tiny", [20, 20], 9, 5)
     batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 2)
