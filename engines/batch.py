@@ -51,6 +51,7 @@ import dataclasses
 
 import torch
 
+from specpilot.engines.batch_rows import ReplayRows
 from specpilot.engines.batch_rows import RowState
 from specpilot.engines.batch_rows import Transfers
 from specpilot.engines.batch_rows import batch_buckets
@@ -146,6 +147,7 @@ class BatchEngine:
         self.running: list[Running] = []
         device, block = engine.device, engine.block_size
         self.rows = RowState(max_batch, device)
+        self.replay_rows = None  # replayed acceptance per row (speculative engines)
         self.transfers = Transfers(max_batch, block + 2, device)
         self._ones = torch.ones(max_batch, dtype=torch.long, device=device)
         if engine.drafter is not None:  # draft windows [pending, MASK x (D-1)] at committed ..
@@ -159,20 +161,14 @@ class BatchEngine:
             # part reads this buffer, so it is cleared whenever no row is replayed
             self._forced = torch.full((max_batch,), -1, dtype=torch.long, device=device)
             self._forced_dirty = False
-            # replayed rows, on the device: the reference continuation, the draws taken ahead
-            # (one per step), the steps replayed so far, prompt length - 1, and which rows replay
-            self._replay_ref = torch.zeros(max_batch, engine.max_len, dtype=torch.long,
-                                           device=device)
-            self._replay_draws = torch.zeros(max_batch, engine.max_len, dtype=torch.long,
-                                             device=device)
-            self._replay_steps = torch.zeros(max_batch, dtype=torch.long, device=device)
-            self._replay_base = torch.zeros(max_batch, dtype=torch.long, device=device)
-            self._replayed = torch.zeros(max_batch, dtype=torch.bool, device=device)
+            self.replay_rows = ReplayRows(max_batch, engine.max_len, device)
             # two-stage verify: the rows whose first stage passed (written by the first stage)
             self._passed = torch.zeros(max_batch, dtype=torch.bool, device=device)
             self._agrees_through = torch.zeros(max_batch, dtype=torch.bool, device=device)
             # the confidence budget: each row's confidence per draft (written by the draft part)
             self._conf = torch.zeros(max_batch, draft - 1, device=device)
+        # per-row device state that moves with a request when rows are compacted
+        self._row_states = tuple(s for s in (self.rows, self.replay_rows) if s is not None)
         self._budget = engine.drafter is not None and engine.recipe.verify_budget == "sps"
         self.budget_steps: collections.Counter = collections.Counter()  # width -> budgeted steps
         self._views: dict[int, tuple] = {}
@@ -253,8 +249,8 @@ class BatchEngine:
         self._maybe_finish(req)
         remaining = 0 if req.finish_reason else req.params.max_new_tokens - len(req.tokens)
         self.rows.set_row(row, req.tokens[-1], req.committed, remaining, req.stops)
-        if req.replay is not None and e.drafter is not None:
-            self._start_replay(req, row, remaining)
+        if req.replay is not None and self.replay_rows is not None:
+            self.replay_rows.set_row(row, req.replay, len(req.prompt_ids), remaining)
         self.running.append(req)
         self._count(req, +1)
 
@@ -333,21 +329,6 @@ class BatchEngine:
         for i, req in enumerate(reqs):
             self._start(req, first + i, out.logits[i:i + 1, -1])
 
-    def _start_replay(self, req: Running, row: int, remaining: int) -> None:
-        """Put a replayed request's reference and its draws (one per step it may take) on the
-        device (:meth:`_replay_on_device` builds its drafts from them)."""
-        plan, width = req.replay, self._replay_ref.shape[1]
-        draws = plan.draw_ahead(remaining)[:width]
-        values = torch.zeros(2, width, dtype=torch.long)
-        reference = plan.reference[:width]
-        values[0, :len(reference)] = torch.tensor(reference, dtype=torch.long)
-        values[1, :len(draws)] = torch.tensor(draws, dtype=torch.long)
-        values = values.to(self._replay_ref.device)
-        self._replay_ref[row], self._replay_draws[row] = values[0], values[1]
-        self._replay_steps[row] = 0
-        self._replay_base[row] = len(req.prompt_ids) - 1
-        self._replayed[row] = True
-
     def _maybe_finish(self, req: Running) -> None:
         if req.tokens and req.tokens[-1] in req.stops:
             req.finish_reason = "stop"
@@ -361,15 +342,11 @@ class BatchEngine:
             self.cache.copy_row(last, row)
             if self.draft_cache is not None:
                 self.draft_cache.copy_row(last, row)
-            self.rows.copy_row(last, row)
-            if self.engine.drafter is not None:
-                for t in (self._replay_ref, self._replay_draws, self._replay_steps,
-                          self._replay_base, self._replayed):
-                    t[row] = t[last]
+            for state in self._row_states:
+                state.copy_row(last, row)
             self.running[row] = self.running[last]
-        self.rows.vacate(last)
-        if self.engine.drafter is not None:
-            self._replayed[last] = False
+        for state in self._row_states:
+            state.vacate(last)
         self.running.pop()
         self._count(req, -1)
 
@@ -427,7 +404,9 @@ class BatchEngine:
         else:
             drafts = graphs[0]() if graphs else self._draft(size)
             if self._num_replayed:
-                self._replay_on_device(size, drafts)
+                self._forced[:size] = self.replay_rows.drafts(drafts, self.rows,
+                                                              self.engine.target.vocab_size)
+                self._forced_dirty = True
             elif self._forced_dirty:
                 self._forced.fill_(-1)
                 self._forced_dirty = False
@@ -659,27 +638,6 @@ class BatchEngine:
         self.cache.reset()
         if self.draft_cache is not None:
             self.draft_cache.reset()
-
-    def _replay_on_device(self, size: int, drafts: torch.Tensor) -> None:
-        """Replayed rows' drafts and drawn counts (``ReplayPlan.override`` for every live replayed
-        row at once, from the draws taken at admission): the reference continuation from the
-        row's next token for the first k drafts, then tokens that are certainly not the target's
-        choice; k goes into the forced counts. Reads nothing from the host."""
-        num_drafts = drafts.shape[1]
-        live = self._replayed[:size] & (self.rows.remaining[:size] > 0)
-        steps = self._replay_steps[:size]
-        k = self._replay_draws[:size].gather(1, steps[:, None])[:, 0].clamp(max=num_drafts)
-        offsets = self._offsets[:num_drafts]
-        generated = self.rows.committed[:size] - self._replay_base[:size]
-        # (a row that does not replay may hold a former request's base: any index will do there)
-        at = (generated[:, None] + offsets).clamp(0, self._replay_ref.shape[1] - 1)
-        reference = self._replay_ref[:size].gather(1, at)
-        tokens = torch.where(offsets < k[:, None], reference,
-                             (reference + 1) % self.engine.target.vocab_size)
-        drafts.copy_(torch.where(live[:, None], tokens, drafts))
-        self._forced[:size] = torch.where(live, k, -1)
-        steps += live.long()
-        self._forced_dirty = True
 
     def _deliver(self, table: list[list[int]], running: list[Running] | None = None,
                  num_drafts: int = 0) -> list[tuple[Running, list[int]]]:

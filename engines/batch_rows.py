@@ -3,9 +3,10 @@
 A batched step needs, per running request: the pending token (last output, not yet fed), the
 committed length, how many tokens it may still emit, and its stop ids. :class:`RowState` keeps them
 on the device, so a step reads nothing from the host and the stop/budget clip of every row is a few
-tensor ops (:meth:`RowState.keep`). :class:`Transfers` moves what must cross: one device->host read
-per step (every row's kept tokens). An overlapped step's read is started without waiting and
-finished after the next step is queued.
+tensor ops (:meth:`RowState.keep`). :class:`ReplayRows` keeps replayed benchmark rows' references
+and draws there too. :class:`Transfers` moves what must cross: one device->host read per step
+(every row's kept tokens). An overlapped step's read is started without waiting and finished after
+the next step is queued.
 """
 
 import torch
@@ -70,6 +71,59 @@ class RowState:
         self.committed[:n] += kept
         self.remaining[:n] = torch.where(first_stop < budget, 0, remaining - kept)
         return kept
+
+
+class ReplayRows:
+    """Replayed acceptance (benchmarks) per row ``[max_batch]`` on the device, kept like
+    :class:`RowState`: each replayed request's reference continuation and its draws (one per step
+    it may take, taken when it joins), the steps it has replayed, and its prompt length - 1, so
+    that a step builds every replayed row's drafts without the host (:meth:`drafts`)."""
+
+    def __init__(self, max_batch: int, max_len: int, device):
+        self.reference = torch.zeros(max_batch, max_len, dtype=torch.long, device=device)
+        self.draws = torch.zeros(max_batch, max_len, dtype=torch.long, device=device)
+        self.steps = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.base = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.active = torch.zeros(max_batch, dtype=torch.bool, device=device)
+        self._offsets = torch.arange(max_len, device=device)
+
+    def set_row(self, row: int, plan, num_prompt: int, remaining: int) -> None:
+        """Replay ``plan`` (a ``ReplayPlan``) in ``row``, for a request of ``num_prompt`` prompt
+        tokens that may take ``remaining`` more steps (one host->device copy)."""
+        width = self.reference.shape[1]
+        draws, reference = plan.draw_ahead(remaining)[:width], plan.reference[:width]
+        values = torch.zeros(2, width, dtype=torch.long)
+        values[0, :len(reference)] = torch.tensor(reference, dtype=torch.long)
+        values[1, :len(draws)] = torch.tensor(draws, dtype=torch.long)
+        values = values.to(self.reference.device)
+        self.reference[row], self.draws[row] = values[0], values[1]
+        self.steps[row], self.base[row], self.active[row] = 0, num_prompt - 1, True
+
+    def copy_row(self, src: int, dst: int) -> None:
+        for t in (self.reference, self.draws, self.steps, self.base, self.active):
+            t[dst] = t[src]
+
+    def vacate(self, row: int) -> None:
+        self.active[row] = False
+
+    def drafts(self, drafts: torch.Tensor, rows: RowState, vocab_size: int) -> torch.Tensor:
+        """Overwrite the live replayed rows of ``drafts`` [n, D] with their replayed drafts
+        (``ReplayPlan.override`` for all of them at once): the reference continuation from the
+        row's next token for the first k drafts, then tokens that are certainly not the target's
+        choice. Returns the forced counts [n]: k for those rows, -1 for the others."""
+        n, num_drafts = drafts.shape
+        live = self.active[:n] & (rows.remaining[:n] > 0)
+        steps = self.steps[:n]
+        k = self.draws[:n].gather(1, steps[:, None])[:, 0].clamp(max=num_drafts)
+        offsets = self._offsets[:num_drafts]
+        generated = rows.committed[:n] - self.base[:n]
+        # (a row that does not replay may hold a former request's base: any index will do there)
+        at = (generated[:, None] + offsets).clamp(0, self.reference.shape[1] - 1)
+        reference = self.reference[:n].gather(1, at)
+        tokens = torch.where(offsets < k[:, None], reference, (reference + 1) % vocab_size)
+        drafts.copy_(torch.where(live[:, None], tokens, drafts))
+        steps += live.long()
+        return torch.where(live, k, -1)
 
 
 class Transfers:

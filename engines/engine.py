@@ -419,21 +419,20 @@ class Engine:
         return proposed
 
     def _scalar(self, value: int) -> torch.Tensor:
-        """``[value]`` on the engine's device (see :meth:`_upload`), staged straight into
-        page-locked memory on CUDA."""
-        if self.device.type != "cuda":
-            return torch.tensor([value], device=self.device)
-        return torch.tensor([value], pin_memory=True).to(self.device, non_blocking=True)
+        """``[value]`` on the engine's device (see :meth:`_upload`)."""
+        return self._upload([value])
 
     def _upload(self, values) -> torch.Tensor:
-        """``values`` (a host tensor or list) on the engine's device. On CUDA through page-locked
-        memory without waiting: a blocking upload would synchronise the stream (PyTorch waits after
-        a blocking host->device copy), and a step makes several (anchor, position, commit counts,
-        a tree); the caching host allocator keeps each staging buffer alive until its copy ran."""
-        values = torch.as_tensor(values)
+        """``values`` (a list, or a host tensor) on the engine's device. On CUDA through
+        page-locked memory without waiting: a blocking upload would synchronise the stream
+        (PyTorch waits after a blocking host->device copy), and a step makes several (anchor,
+        position, commit counts, a tree); the caching host allocator keeps each staging buffer
+        alive until its copy ran. A list is built straight into page-locked memory."""
         if self.device.type != "cuda":
-            return values.to(self.device)
-        return values.pin_memory().to(self.device, non_blocking=True)
+            return torch.as_tensor(values).to(self.device)
+        staged = (values.pin_memory() if isinstance(values, torch.Tensor)
+                  else torch.tensor(values, pin_memory=True))
+        return staged.to(self.device, non_blocking=True)
 
     def _commit(self, cache, draft_cache, num_rows: int, committed: int, graphs=None) -> None:
         """Keep ``num_rows`` rows of the last forward; ``committed`` tokens are now context."""

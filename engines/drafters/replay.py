@@ -96,16 +96,15 @@ class ReplayPlan:
         return self._ahead.pop(0) if self._ahead else self.profile.sample(self._generator)
 
     def record(self, num_drafts: int) -> int:
-        """Take the next draw for a step of ``num_drafts`` drafts replayed elsewhere (its drafts
-        were built from the same draw): appends it, capped, to ``drawn``."""
+        """Take the next draw for a step of ``num_drafts`` drafts, capped to them, and append it
+        to ``drawn`` (a batched engine built that step's drafts from the same draw)."""
         k = min(self._draw(), num_drafts)
         self.drawn.append(k)
         return k
 
     def override(self, generated_so_far: int, num_drafts: int) -> list[int]:
         """Draft tokens for the step whose first draft is generated token ``generated_so_far``."""
-        k = min(self._draw(), num_drafts)
-        self.drawn.append(k)
+        k = self.record(num_drafts)
         ref = self.reference[generated_so_far:generated_so_far + num_drafts]
         ref = ref + [0] * (num_drafts - len(ref))  # past the reference: any token will do
         # reference for the first k positions, then a token that is certainly not the target's choice
