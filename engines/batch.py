@@ -351,24 +351,31 @@ class BatchEngine:
         self._count(req, -1)
 
     @torch.inference_mode()
-    def step(self) -> list[tuple[Running, list[int]]]:
+    def step(self, width: int | None = None) -> list[tuple[Running, list[int]]]:
         """One decode step for every running request; returns (request, new tokens) pairs.
 
         With the recipe's ``overlap_schedule`` a step that needs no host read mid-step is queued
         and the pairs returned are the previous step's (none for the first of a run of such
-        steps): the host reads step k while step k+1 runs. :meth:`flush` reads the last one."""
+        steps): the host reads step k while step k+1 runs. :meth:`flush` reads the last one.
+        ``width`` (confidence budget only): verify this many positions per row instead of the
+        budget's choice, one of :meth:`budget_widths` (measuring the steps/s table)."""
         if not self.running:
             return self.flush()
         self._apply_recipe()
         n = len(self.running)
         size = next((b for b in self.buckets if b >= max(n, self.min_rows)), self.max_batch) \
             if self.pad else n
+        if width is not None and not (self._budget and width in self.budget_widths(size)):
+            raise ValueError(f"a step of {size} rows verifies a width of "
+                             f"{self.budget_widths(size) if self._budget else 'the recipe'}; "
+                             f"{width} is not one (widths are chosen per step only with "
+                             "verify_budget='sps')")
         graphs = self._graphs.get(size) if not (self._num_sampled or self._num_forced) else None
         self._step_kept = [0] * n
         num_drafts = self._width(size) - 1 if self.engine.drafter is not None else 0
         if self._can_overlap(size):
             try:
-                table = self._queue(size, graphs)
+                table = self._queue(size, graphs, width)
             except BaseException:
                 self._in_flight = None  # the caller fails these requests; nothing to read
                 raise
@@ -378,7 +385,7 @@ class BatchEngine:
             return [] if queued is None else self._deliver(
                 self.transfers.finish_fetch(queued[0]), *queued[1:])
         delivered = self.flush()
-        table = self.transfers.fetch(self._queue(size, graphs)[:n])
+        table = self.transfers.fetch(self._queue(size, graphs, width)[:n])
         return delivered + self._deliver(table, None, num_drafts)
 
     def flush(self) -> list[tuple[Running, list[int]]]:
@@ -396,9 +403,10 @@ class BatchEngine:
                                                  or self._budget)
                 and (self.engine.drafter is None or self._stages(size)[1] is None))
 
-    def _queue(self, size: int, graphs) -> torch.Tensor:
+    def _queue(self, size: int, graphs, width: int | None = None) -> torch.Tensor:
         """Queue one step over ``size`` rows (its captured ``graphs``, or eagerly); the table
-        [size, 2 + W] of every row's kept tokens."""
+        [size, 2 + W] of every row's kept tokens. ``width``: a budgeted step's verify width
+        (default: the budget's choice)."""
         if self.engine.drafter is None:
             table = graphs[0]() if graphs else self._decode(size)
         else:
@@ -411,7 +419,7 @@ class BatchEngine:
                 self._forced.fill_(-1)
                 self._forced_dirty = False
             if self._budget:
-                width = self._budget_width(len(self.running), size)
+                width = width or self._budget_width(len(self.running), size)
                 table = (self._budget_graphs[(size, width)]() if graphs
                          else self._verify(size, self._forced, width))
             else:

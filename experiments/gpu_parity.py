@@ -96,6 +96,8 @@ def check(setting, checks: tuple[str, ...] = ("",)) -> dict:
     flat = STOCK.replace(verify_budget="sps", sps_table=((1, 100.0), (256, 100.0)))
     for label, recipe, replay in (
             ("batched_ar", AR, False), ("batched_stock", STOCK, False),
+            # replayed rows' drafts and drawn counts built on the device (ReplayRows)
+            ("batched_stock_replayed", STOCK, True),
             ("batched_stock_replay", STOCK.replace(gdn_rollback="replay"), False),
             ("batched_ar_prefill", AR.replace(batched_prefill=True), False),
             ("batched_stock_fused_prefill", fused.replace(batched_prefill=True), False),
@@ -108,7 +110,8 @@ def check(setting, checks: tuple[str, ...] = ("",)) -> dict:
             ("batched_budget_flat_replayed", flat, True),
             # the host reads step k after step k+1 is queued (graphs, async copies, events)
             ("batched_overlap_ar", AR.replace(overlap_schedule=True), False),
-            ("batched_overlap_stock", STOCK.replace(overlap_schedule=True), False)):
+            ("batched_overlap_stock", STOCK.replace(overlap_schedule=True), False),
+            ("batched_overlap_stock_replayed", STOCK.replace(overlap_schedule=True), True)):
         if not label.startswith(checks):
             continue
         started = time.perf_counter()

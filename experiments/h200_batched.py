@@ -15,6 +15,9 @@ report`` renders it.
         [--pairs A:B,A:B ..] (several pairs on one model load, instead of --a/--b; the record of
         pair k > 0 is $OUT/batched-<setting>-<k>.json)
         [--acceptance profile:proxy-h200-dflash2#gsm8k] [--repeats 3] [--max-new-tokens 64]
+        [--sps-table ENGINE:NAME,..] (first, on the same model load: measure ENGINE's confidence
+        budget steps/s table at the largest level, as ``specpilot sps-table``, and write recipe
+        NAME, which the pairs may then name; the measurement goes to $OUT/sps-<setting>-NAME.json)
 """
 
 import argparse
@@ -46,6 +49,7 @@ def bound(setting, models, tau: float | None, concurrency: int = 1) -> float | N
 def run_setting(name: str, args) -> list[dict]:
     from specpilot import fingerprint
     from specpilot.bench.batched import compare_levels
+    from specpilot.bench.sps import measure_sps_table
     from specpilot.bench.workload import replay_for
     from specpilot.bench.workload import workload_for
     from specpilot.build import load_models
@@ -60,6 +64,21 @@ def run_setting(name: str, args) -> list[dict]:
                             num_prompts=max(PROMPTS_BY_LEVEL.get(c, 2 * c) for c in levels),
                             max_new_tokens=args.max_new_tokens)
     replay = replay_for(models, workload, spec=args.acceptance)
+    for engine, recipe_name in args.sps_tables:
+        measure_started = time.time()
+        base = recipe_for(setting, engine)
+        measured = measure_sps_table(models, base, max(levels),
+                                     log=lambda m, e=engine: print(f"{e} sps {m}", flush=True))
+        recipe = base.replace(name=recipe_name, verify_budget="sps",
+                              sps_table=tuple(tuple(p) for p in measured["sps_table"]))
+        (setting.directory / "recipes").mkdir(exist_ok=True)
+        (setting.directory / "recipes" / f"{recipe_name}.json").write_text(
+            json.dumps(recipe.to_dict(), indent=1) + "\n")
+        (OUT / f"sps-{setting.name}-{recipe_name}.json").write_text(json.dumps(
+            {"kind": "sps_table", "timestamp": measure_started, "setting": name, "engine": engine,
+             "recipe": recipe_name, "max_batch": max(levels), **measured,
+             "elapsed_s": time.time() - measure_started,
+             "fingerprint": fingerprint.current(setting.engine.device).to_dict()}, indent=1))
     setup_s, records = time.time() - started, []
     for k, (a, b) in enumerate(args.pairs):
         pair_started = time.time()
@@ -99,7 +118,13 @@ def main(argv=None) -> None:
                         help="replayed acceptance spec (default: the setting's profile)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--sps-table", default=None,
+                        help="ENGINE:NAME,..: measure ENGINE's budget table, write recipe NAME")
     args = parser.parse_args(argv)
+    args.sps_tables = [tuple(p.split(":")) for p in args.sps_table.split(",")] \
+        if args.sps_table else []
+    if any(len(p) != 2 for p in args.sps_tables):
+        parser.error(f"--sps-table must be ENGINE:NAME,..; got {args.sps_table!r}")
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [(args.a,
                                                                                        args.b)]
     if any(len(pair) != 2 for pair in pairs):

@@ -30,6 +30,8 @@ COMMANDS = {
               "Score answer quality on gsm8k, math500, humaneval or mbpp (a sanity check)."),
     "report": ("specpilot.commands.report",
                "Render the README results tables from experiments/results."),
+    "sps-table": ("specpilot.commands.sps_table",
+                  "Measure the confidence budget's steps/s table; write a recipe that uses it."),
     "costmodel": ("specpilot.commands.costmodel",
                   "Per-phase byte/FLOP floors, the speedup bound and the gap table of a setting."),
     "search": ("specpilot.commands.search",

@@ -169,3 +169,32 @@ def test_token_forcing_at_a_batch_setting_runs_the_budget():
                              SamplingParams(max_new_tokens=20), concurrency=4)
     assert report.passed, report.failures
     assert report.concurrency == 4 and report.buckets and report.num_tokens == 5 * 20
+
+
+def test_a_pinned_width_is_the_width_verified(budget_case):
+    """``step(width=w)`` verifies w positions whatever the budget would choose: with drafts the
+    target accepts whole, a steep table (which verifies narrow) pinned to the whole window keeps
+    whole windows, and pinned to 2 keeps 2 per step; the tokens stay the greedy ones. A width the
+    bucket has no graph for, or a pinned width without the budget, is refused."""
+    models, prompts, lengths, refs = budget_case("cpu_c1_tiny-muse", 2)
+    engine = models.engine(STOCK.replace(name="steep", verify_budget="sps", sps_table=STEEP))
+    block = engine.block_size
+    for width in (block, 2):
+        batch = BatchEngine(engine, 2, pad_to_buckets=True)
+        _oracle_drafts(batch, {str(i): r for i, r in enumerate(refs)}, 0.9)
+        requests = [Running(str(i), list(p), SamplingParams(max_new_tokens=k, ignore_eos=True),
+                            set()) for i, (p, k) in enumerate(zip(prompts, lengths))]
+        batch.add_many(requests)
+        while any(r.finish_reason is None for r in requests):
+            batch.step(width=width)
+        assert [r.tokens for r in requests] == refs
+        for r in requests:  # every step but a request's last keeps the width
+            assert r.accept_lengths[:-1] == [width] * (len(r.accept_lengths) - 1)
+        assert max(n for r in requests for n in r.accept_lengths) == width
+        assert not batch.budget_steps  # no width was the budget's
+    with pytest.raises(ValueError, match="is not one"):
+        batch.step(width=block + 1)
+    static = BatchEngine(models.engine(STOCK), 2, pad_to_buckets=True)
+    static.add(Running("0", list(prompts[0]), SamplingParams(max_new_tokens=4), set()))
+    with pytest.raises(ValueError, match="verify_budget='sps'"):
+        static.step(width=2)

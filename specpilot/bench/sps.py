@@ -1,0 +1,94 @@
+"""The confidence budget's steps-per-second table, measured on this GPU and engine.
+
+``verify_budget='sps'`` prices a verify width ``w`` over a bucket of ``b`` rows by ``SPS(b * w)``,
+the steps per second of a decode step that verifies ``b * w`` tokens (DSpark's table). This
+measures it with the engine that will use it: a batch engine built with the budget (so each
+(bucket, width) step is the captured graph the budget will replay) is filled with ``b`` requests
+per bucket, and each of the bucket's widths is stepped with the width pinned
+(``BatchEngine.step(width=...)``), in rounds whose order rotates (fresh requests each round), a
+warm-up step before each timed run. A step's time includes its draft, its verify and the host read of its table (not the budget's
+own read of the confidences, which is the same at every width). Several (bucket, width) pairs may
+verify the same number of tokens; the table keeps the largest bucket's, the shape of a full batch,
+where the budget matters.
+"""
+
+import statistics
+import time
+
+import torch
+
+from specpilot.errors import SpecPilotError
+
+PLACEHOLDER_TABLE = ((1, 1.0),)  # the budget engine needs a table to be built; widths are pinned
+
+
+def measure_sps_table(models, recipe, max_batch: int, rounds: int = 3, steps: int = 4,
+                      prompt_tokens: int = 32, log=print) -> dict:
+    """Steps/s of ``recipe``'s batched step at every (bucket, width) the budget may take, for a
+    batch of up to ``max_batch`` rows: ``{"samples": [{bucket, width, tokens, steps_per_s,
+    spread}], "sps_table": [[tokens, steps_per_s], ..]}`` (medians over ``rounds`` runs of
+    ``steps`` steps each)."""
+    from specpilot.datasets import load_prompts
+    from specpilot.engines.batch import BatchEngine
+    from specpilot.engines.batch import Running
+    from specpilot.engines.batch import release_memory
+    from specpilot.engines.engine import SamplingParams
+
+    if not recipe.speculative:
+        raise SpecPilotError(f"recipe {recipe.name!r} drafts nothing: a steps/s table prices "
+                             "verify widths, so it needs a speculative recipe")
+    if rounds < 1 or steps < 1:
+        raise SpecPilotError("a steps/s table needs rounds >= 1 and steps >= 1")
+    engine = models.engine(recipe.replace(verify_budget="sps", sps_table=PLACEHOLDER_TABLE,
+                                          two_stage=(), overlap_schedule=False))
+    batch = BatchEngine(engine, max_batch)
+    texts = load_prompts("gsm8k", max_batch)
+    prompts = [(models.tokenizer.encode(t).ids * prompt_tokens)[:prompt_tokens] for t in texts]
+    samples = []
+    try:
+        for bucket in batch.buckets:
+            widths = batch.budget_widths(bucket)
+            # each round's requests must outlast its steps, each keeping up to a whole window
+            budget = len(widths) * (steps + 1) * max(widths)
+            if prompt_tokens + budget + 1 > engine.max_len:
+                raise SpecPilotError(
+                    f"measuring {len(widths)} widths x {steps + 1} steps needs "
+                    f"{prompt_tokens + budget + 1} tokens per row; the engine holds "
+                    f"{engine.max_len}: lower --steps")
+            params = SamplingParams(max_new_tokens=budget, ignore_eos=True)
+            rates = {w: [] for w in widths}
+            for r in range(rounds):  # fresh requests (prefilled untimed) each round
+                requests = [Running(f"sps-{bucket}-{r}-{i}", list(prompts[i % len(prompts)]),
+                                    params, set()) for i in range(bucket)]
+                for req, err in batch.add_many(requests):
+                    raise err
+                for w in widths[r % len(widths):] + widths[:r % len(widths)]:
+                    batch.step(width=w)  # warm-up (and the previous width's read is done)
+                    _sync(engine.device)
+                    started = time.perf_counter()
+                    for _ in range(steps):
+                        batch.step(width=w)
+                    batch.flush()
+                    _sync(engine.device)
+                    rates[w].append(steps / (time.perf_counter() - started))
+                for req in list(batch.running):
+                    batch.remove(req)
+            for w in widths:
+                median = statistics.median(rates[w])
+                samples.append({"bucket": bucket, "width": w, "tokens": bucket * w,
+                                "steps_per_s": median,
+                                "spread": [min(rates[w]), max(rates[w])]})
+                log(f"bucket {bucket:3d} width {w:2d} ({bucket * w:4d} verify tokens): "
+                    f"{median:8.1f} steps/s [{min(rates[w]):.1f}, {max(rates[w]):.1f}]")
+    finally:
+        del batch
+        release_memory(engine.device)
+    table = {}
+    for s in samples:  # buckets ascend: a larger bucket's measurement replaces a smaller one's
+        table[s["tokens"]] = s["steps_per_s"]
+    return {"samples": samples, "sps_table": [[t, table[t]] for t in sorted(table)]}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
