@@ -435,3 +435,21 @@ def snapshot_traffic_ms(target_config: dict, gpu: Gpu, num_requests: int, rows: 
     state = request_state_bytes(_meta_model(target_config))
     moves = SNAPSHOT_STATE_MOVES[kernel](rows)
     return gpu.time_ms(num_requests * moves * state, 0.0)
+
+
+def overlap_schedule_bound(gpu_step_ms: float, host_step_ms: float, tokens_per_request: float,
+                           tau: float) -> dict:
+    """Overlapped scheduling's decode-wall ratio under continuous batching (issue 9 item 4c): the
+    host's work per step (reading the step, bookkeeping, queueing the next) runs while the next
+    step runs on the GPU, so a step takes ``max(gpu, host)`` instead of ``gpu + host``; but the
+    step after a request's last is already queued when the host learns it finished, so each
+    request holds its row one step longer (``S + 1`` steps for ``S = tokens / tau``), a row
+    that keeps nothing. Admissions (prefill rounds) are not counted: they are the same on both
+    sides. Returns the step ratio, the row-occupancy factor and their product."""
+    if gpu_step_ms <= 0 or host_step_ms < 0 or tokens_per_request <= 0 or tau < 1:
+        raise ValueError("overlap_schedule_bound needs gpu_step_ms > 0, host_step_ms >= 0, "
+                         "tokens_per_request > 0 and tau >= 1")
+    steps = tokens_per_request / tau
+    step_ratio = (gpu_step_ms + host_step_ms) / max(gpu_step_ms, host_step_ms)
+    occupancy = steps / (steps + 1.0)
+    return {"step_ratio": step_ratio, "occupancy": occupancy, "decode": step_ratio * occupancy}

@@ -30,6 +30,12 @@ def test_batched_compare_record_is_rendered(tmp_path, monkeypatch, specpilot_cli
             split = run["wall_split_s"]  # the wall time: steps, prefill rounds and the rest
             assert 0 < split["steps"] < run["wall_s"] and 0 < split["admissions"] < run["wall_s"]
             assert split["other"] >= 0  # steps and prefill rounds never overlap in the loop
+        # the decode wall alone (admissions left out), a over b per repetition
+        decode = [sum(a["wall_split_s"][k] for k in ("steps", "other"))
+                  / sum(b["wall_split_s"][k] for k in ("steps", "other"))
+                  for a, b in zip(level["runs"]["a"], level["runs"]["b"])]
+        assert level["decode_ratios"] == pytest.approx(decode)
+        assert level["decode_ci95"][0] <= level["decode_median_ratio"] <= level["decode_ci95"][1]
     readme = tmp_path / "README.md"
     readme.write_text("# P\n\n<!-- results:begin -->\n<!-- results:end -->\n")
     assert specpilot_cli("report", "--results-dir", tmp_path / "results", "--readme", readme) == 0

@@ -162,3 +162,33 @@ def test_the_second_stage_is_padded_to_a_graph_bucket():
     runs, rows = padded_passing(3, 0.5)  # 1 -> 1, 2 -> 2, 3 -> min(4, 3)
     assert runs == pytest.approx(7 / 8)
     assert rows == pytest.approx((3 * 1 + 3 * 2 + 1 * 3) / 8 / runs)
+
+
+def test_overlap_pays_its_host_share_less_one_step_per_request():
+    """Hiding the host's share of each step pays (gpu + host) / gpu, less the step each request
+    holds its row after its last; with no host work it only loses, and a host slower than the GPU
+    bounds the step instead."""
+    from specpilot.costmodel.phases import overlap_schedule_bound
+
+    # the seed-scale Qwen3.8-27B c=32 bench: ~47 ms on the GPU, ~5 ms on the host, 64 tokens
+    seed = overlap_schedule_bound(47.0, 5.0, 64, 3.44)
+    assert seed["step_ratio"] == pytest.approx(52 / 47)
+    assert seed["occupancy"] == pytest.approx(18.6 / 19.6, rel=1e-3)
+    assert seed["decode"] == pytest.approx(52 / 47 * 18.6 / 19.6, rel=1e-3)
+    longer = overlap_schedule_bound(47.0, 5.0, 256, 3.44)  # longer requests lose less
+    assert longer["decode"] > seed["decode"]
+    assert overlap_schedule_bound(47.0, 0.0, 64, 3.44)["decode"] < 1.0
+    assert overlap_schedule_bound(2.0, 3.0, 1e9, 3.0)["step_ratio"] == pytest.approx(5 / 3)
+    with pytest.raises(ValueError, match="tau >= 1"):
+        overlap_schedule_bound(47.0, 5.0, 64, 0.5)
+
+
+def test_cli_prints_the_overlap_term_given_the_host_time(capsys):
+    from specpilot import cli
+
+    assert cli.main(["costmodel", "h200_c32_qwen38-27b_dflash2", "--concurrency", "32",
+                     "--host-step-ms", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "overlapped scheduling (host 5 ms per step" in out and "decode wall" in out
+    assert cli.main(["costmodel", "h200_c32_qwen38-27b_dflash2", "--concurrency", "32"]) == 0
+    assert "overlapped scheduling" not in capsys.readouterr().out
