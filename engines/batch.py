@@ -439,7 +439,8 @@ class BatchEngine:
         ``w`` with the most expected tokens per second, ``E(w) * SPS(size * w)``, where ``E(w)``
         sums over the live rows 1 + the survival probabilities (products of the draft
         confidences) of their first ``w - 1`` drafts, none past a row's remaining budget, and
-        ``SPS`` is the recipe's measured steps/s by verify tokens. Ties go to the narrower width.
+        ``SPS`` is the recipe's measured steps/s by verify tokens (at this bucket, where the
+        table is measured per bucket). Ties go to the narrower width.
         One host read."""
         window = self._width(size)
         surv = torch.cumprod(self._conf[:n, :window - 1].float(), dim=1)
@@ -450,7 +451,8 @@ class BatchEngine:
                               surv.sum(dim=0)]).cumsum(0).tolist()  # expected[w - 1]: E(w)
         table = self.engine.recipe.sps_table
         width = max(self.budget_widths(size),
-                    key=lambda w: (expected[w - 1] * steps_per_second(table, size * w), -w))
+                    key=lambda w: (expected[w - 1] * steps_per_second(table, size * w, size),
+                                   -w))
         self.budget_steps[width] += 1
         return width
 

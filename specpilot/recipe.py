@@ -55,9 +55,11 @@ class Recipe:
     draft, is the survival estimate. One request: eager, the verify cut to the budget's length. A
     batch: each step verifies the captured width with the most expected tokens per second over all
     running requests (a per-step budget: the padded batch has no ragged verify rows)."""
-    sps_table: tuple[tuple[int, float], ...] = ()
-    """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps (in
-    a batch, the forward's rows: bucket x width)."""
+    sps_table: tuple[tuple[float, ...], ...] = ()
+    """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps:
+    points of (tokens, steps/s), or of (rows, tokens, steps/s) measured per batch bucket (``specpilot
+    sps-table`` writes these: a padded batch step's rate depends on its bucket as well as on its
+    verify tokens, bucket x width)."""
     w12: tuple[str, ...] = ()
     """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
     ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""
@@ -121,6 +123,8 @@ class Recipe:
         if self.verify_budget == "sps" and not self.sps_table:
             raise SpecPilotError(f"recipe {self.name!r}: verify_budget 'sps' needs an sps_table")
         object.__setattr__(self, "sps_table", tuple(tuple(p) for p in self.sps_table))
+        if self.sps_table and (why := check_sps_table(self.sps_table)):
+            raise SpecPilotError(f"recipe {self.name!r}: sps_table {why}")
         groups = self.w12
         if (not isinstance(groups, (list, tuple)) or not all(isinstance(g, str) for g in groups)
                 or not set(groups) <= set(W12_GROUPS) or len(set(groups)) != len(groups)):
@@ -327,3 +331,15 @@ _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token
 
 STOCK = Recipe(name="stock")
 AR = Recipe(name="ar", speculative=False)
+
+
+def check_sps_table(sps_table) -> str | None:
+    """Why ``sps_table`` is not a steps/s table (None if it is): points of ``(tokens, steps/s)``
+    or all of ``(rows, tokens, steps/s)``, positive numbers."""
+    sizes = {len(p) for p in sps_table}
+    if not sps_table or len(sizes) != 1 or sizes - {2, 3}:
+        return "needs points of (tokens, steps/s) or, per batch bucket, (rows, tokens, steps/s)"
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0
+           for p in sps_table for v in p):
+        return "needs positive numbers"
+    return None

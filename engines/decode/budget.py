@@ -20,9 +20,22 @@ def survival(confidence: torch.Tensor) -> torch.Tensor:
     return torch.cumprod(confidence.float(), dim=1)
 
 
-def steps_per_second(sps_table, num_tokens: float) -> float:
-    """Piecewise-linear SPS(num_tokens) from ``[(tokens, steps_per_s), ...]``, clamped at the ends."""
-    points = sorted(sps_table)
+def table_points(sps_table, rows: int = 1) -> list[tuple[float, float]]:
+    """The (tokens, steps_per_s) points that price a step over ``rows`` batch rows: a table of
+    ``(tokens, steps_per_s)`` prices every row count alike; one of ``(rows, tokens, steps_per_s)``
+    (measured per batch bucket) gives the points measured at ``rows``, else at the nearest
+    measured row count above it, else the largest below."""
+    if not sps_table or len(sps_table[0]) == 2:
+        return [tuple(p) for p in sps_table]
+    measured = sorted({r for r, _, _ in sps_table})
+    at = next((r for r in measured if r >= rows), measured[-1])
+    return [(t, s) for r, t, s in sps_table if r == at]
+
+
+def steps_per_second(sps_table, num_tokens: float, rows: int = 1) -> float:
+    """Piecewise-linear SPS(num_tokens) at ``rows`` batch rows (:func:`table_points`), clamped at
+    the ends."""
+    points = sorted(table_points(sps_table, rows))
     if not points:
         raise ValueError("an SPS table needs at least one (tokens, steps_per_s) point")
     if num_tokens <= points[0][0]:

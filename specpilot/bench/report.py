@@ -108,13 +108,13 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
                 throughput.append([r["setting"], r["a"], r["b"], r.get("acceptance", "?"),
                                    _device(r), str(level["concurrency"]), "not run: "
                                    + level["error"].split(";")[0].split(" (")[0].replace("|", "/")]
-                                  + ["–"] * 7 + [_commit(r), _date(r), _link(r, base)])
+                                  + ["–"] * 8 + [_commit(r), _date(r), _link(r, base)])
                 continue
             lo, hi = level["ci95"]
             throughput.append([r["setting"], r["a"], r["b"], r.get("acceptance", "?"),
                                _device(r), str(level["concurrency"]),
                                f"**{_num(level['median_ratio'])}**", f"[{_num(lo)}, {_num(hi)}]",
-                               str(len(level["ratios"])), _num(level["a_tok_s"]),
+                               str(len(level["ratios"])), _decode(level), _num(level["a_tok_s"]),
                                _num(level["b_tok_s"]), _num(level["a_p99_latency_s"]),
                                _num(level["b_p99_latency_s"]),
                                _num(level.get("speedup_bound", r.get("speedup_bound"))),
@@ -142,11 +142,14 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
     if throughput:
         lines += ["", "**Throughput A/B under continuous batching** (B tok/s / A tok/s per "
                   "interleaved repetition; bootstrap 95% CI of the median; p99 request latency in "
-                  "s; bound: the cost model's speedup bound at the level's tau, for that many requests "
+                  "s; decode wall: the same ratio over the decode steps and the host work between "
+                  "them, admissions (prefill rounds) left out, where the record has it; bound: the "
+                  "cost model's speedup bound at the level's tau, for that many requests "
                   "decoded together where the record has it, else for one request)",
                   ""]
         lines += _table(["setting", "A", "B", "acceptance", "device", "concurrency",
-                         "throughput ratio", "95% CI", "reps", "A tok/s", "B tok/s", "A p99",
+                         "throughput ratio", "95% CI", "reps", "decode wall", "A tok/s",
+                         "B tok/s", "A p99",
                          "B p99", "bound", "commit", "date", "record"], throughput, "")
     if any(str(r.get("acceptance", "")).startswith("replayed") for r in records):
         lines += ["", "Acceptance `replayed(...)`: the setting's target and drafter ran with **random "
@@ -178,3 +181,11 @@ def render_readme(readme: str | Path, results_dir: str | Path) -> tuple[str, str
     _, tail = rest.split(END, 1)
     body = render(records, skipped, readme.parent, Path(results_dir))
     return text, f"{head}{BEGIN}\n{body}\n{END}{tail}"
+
+
+def _decode(level: dict) -> str:
+    """A level's decode-wall ratio with its CI, or a dash where the record predates it."""
+    if level.get("decode_median_ratio") is None:
+        return "–"
+    lo, hi = level["decode_ci95"]
+    return f"{_num(level['decode_median_ratio'])} [{_num(lo)}, {_num(hi)}]"

@@ -7,9 +7,10 @@ measures it with the engine that will use it: a batch engine built with the budg
 per bucket, and each of the bucket's widths is stepped with the width pinned
 (``BatchEngine.step(width=...)``), in rounds whose order rotates (fresh requests each round), a
 warm-up step before each timed run. A step's time includes its draft, its verify and the host read of its table (not the budget's
-own read of the confidences, which is the same at every width). Several (bucket, width) pairs may
-verify the same number of tokens; the table keeps the largest bucket's, the shape of a full batch,
-where the budget matters.
+own read of the confidences, which is the same at every width). The table keeps every point with
+its bucket, ``(rows, tokens, steps/s)``: a padded step's rate depends on its rows as well as on its
+verify tokens (on the H200 proxy pair, 32 tokens run at 415 steps/s as 32 rows x 1 but at 324 as
+16 rows x 2), so one table by tokens alone would misprice every bucket but one.
 """
 
 import statistics
@@ -26,7 +27,7 @@ def measure_sps_table(models, recipe, max_batch: int, rounds: int = 3, steps: in
                       prompt_tokens: int = 32, log=print) -> dict:
     """Steps/s of ``recipe``'s batched step at every (bucket, width) the budget may take, for a
     batch of up to ``max_batch`` rows: ``{"samples": [{bucket, width, tokens, steps_per_s,
-    spread}], "sps_table": [[tokens, steps_per_s], ..]}`` (medians over ``rounds`` runs of
+    spread}], "sps_table": [[rows, tokens, steps_per_s], ..]}`` (medians over ``rounds`` runs of
     ``steps`` steps each)."""
     from specpilot.datasets import load_prompts
     from specpilot.engines.batch import BatchEngine
@@ -83,10 +84,8 @@ def measure_sps_table(models, recipe, max_batch: int, rounds: int = 3, steps: in
     finally:
         del batch
         release_memory(engine.device)
-    table = {}
-    for s in samples:  # buckets ascend: a larger bucket's measurement replaces a smaller one's
-        table[s["tokens"]] = s["steps_per_s"]
-    return {"samples": samples, "sps_table": [[t, table[t]] for t in sorted(table)]}
+    table = [[s["bucket"], s["tokens"], s["steps_per_s"]] for s in samples]
+    return {"samples": samples, "sps_table": table}
 
 
 def _sync(device: torch.device) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from specpilot.bench.sps import measure_sps_table
 from specpilot.build import load_models
+from specpilot.engines.decode.budget import steps_per_second
 from specpilot.engines.batch import BatchEngine
 from specpilot.errors import SpecPilotError
 from specpilot.recipe import AR
@@ -29,12 +30,12 @@ def test_every_width_of_every_bucket_is_timed():
     for s in samples:
         assert s["tokens"] == s["bucket"] * s["width"]
         assert 0 < s["spread"][0] <= s["steps_per_s"] <= s["spread"][1]
-    table = measured["sps_table"]
-    tokens = [t for t, _ in table]
-    assert tokens == sorted(set(s["tokens"] for s in samples))
-    for t, sps in table:  # the largest bucket verifying t tokens gives the entry
-        widest = max((s for s in samples if s["tokens"] == t), key=lambda s: s["bucket"])
-        assert sps == widest["steps_per_s"]
+    # every point with its bucket: the budget prices a bucket's widths by its own points
+    assert measured["sps_table"] == [[s["bucket"], s["tokens"], s["steps_per_s"]]
+                                     for s in samples]
+    recipe = STOCK.replace(verify_budget="sps", sps_table=measured["sps_table"])
+    for s in samples:
+        assert steps_per_second(recipe.sps_table, s["tokens"], s["bucket"]) == s["steps_per_s"]
 
 
 def test_an_ar_recipe_or_a_short_engine_is_refused():

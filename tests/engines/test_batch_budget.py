@@ -198,3 +198,41 @@ def test_a_pinned_width_is_the_width_verified(budget_case):
     static.add(Running("0", list(prompts[0]), SamplingParams(max_new_tokens=4), set()))
     with pytest.raises(ValueError, match="verify_budget='sps'"):
         static.step(width=2)
+
+
+def test_a_table_per_bucket_prices_each_bucket_by_its_own_points():
+    """A (rows, tokens, steps/s) table: a bucket's widths are priced by the points measured at
+    that bucket (else the nearest measured bucket above, else the largest below), so the same
+    token count may cost differently at different rows; a (tokens, steps/s) table prices every
+    bucket alike. Malformed tables are refused when the recipe is built."""
+    from specpilot.engines.decode.budget import table_points
+    from specpilot.errors import SpecPilotError
+
+    table = ((2, 2, 400.0), (2, 4, 300.0), (4, 4, 380.0), (4, 8, 200.0))
+    assert steps_per_second(table, 4, rows=2) == 300.0
+    assert steps_per_second(table, 4, rows=4) == 380.0
+    assert table_points(table, rows=1) == [(2, 400.0), (4, 300.0)]  # the nearest above
+    assert table_points(table, rows=8) == [(4, 380.0), (8, 200.0)]  # the largest below
+    assert steps_per_second(STEEP, 4, rows=2) == steps_per_second(STEEP, 4, rows=8) == 60.0
+    for bad in (((1, 2, 3.0), (1, 2.0)), ((1, 0.0),), ((1, 2, 3, 4),)):
+        with pytest.raises(SpecPilotError, match="sps_table needs"):
+            STOCK.replace(name="b", verify_budget="sps", sps_table=bad)
+
+
+def test_the_batched_budget_reads_its_buckets_points():
+    """The same confidences and token counts choose differently when the bucket's own points say
+    a wider verify is cheap there: the width follows the points measured at the step's bucket."""
+    models = load_models(load_setting("cpu_c1_tiny-muse"))
+    n, size = 3, 4
+    per_bucket = {}
+    for label, steep_at_4 in (("steep", True), ("flat", False)):
+        points = [(4, 4 * w, 100.0 / w if steep_at_4 else 100.0) for w in (1, 2, 4, 8, 16)]
+        points += [(2, 2 * w, 100.0) for w in (1, 2, 4, 8, 16)]  # another bucket: always flat
+        engine = models.engine(STOCK.replace(name=label, verify_budget="sps", sps_table=points))
+        batch = BatchEngine(engine, 4, pad_to_buckets=True)
+        window = batch._width(size)
+        batch._conf[:n, :window - 1] = 0.5
+        batch.rows.remaining[:n] = 100
+        per_bucket[label] = batch._budget_width(n, size)
+    assert per_bucket["flat"] == batch._width(size)  # flat at this bucket: the whole window
+    assert per_bucket["steep"] < per_bucket["flat"]
