@@ -88,3 +88,30 @@ def test_several_pairs_share_one_model_load(tmp_path, monkeypatch):
     assert second["levels"][0]["median_ratio"] > 0
     with pytest.raises(SystemExit):
         script.main(["--settings", "cpu_c1_tiny", "--pairs", "ar-stock"])
+
+
+def test_a_budget_table_measured_on_the_load_is_a_recipe_the_pairs_name(tmp_path, monkeypatch):
+    """``--sps-table stock:NAME`` measures the budget's table on the script's model load, writes
+    recipe NAME into the setting (a copy here) and its record, and a pair may then name it."""
+    import shutil
+
+    from specpilot import settings
+
+    shutil.copytree(settings.SETTINGS_DIR / "cpu_c1_tiny", tmp_path / "cpu_c1_tiny")
+    monkeypatch.setattr(settings, "SETTINGS_DIR", tmp_path)
+    spec = importlib.util.spec_from_file_location("h200_batched", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path / "out")
+    script.main(["--settings", "cpu_c1_tiny", "--levels", "2", "--repeats", "2",
+                 "--max-new-tokens", "6", "--sps-table", "stock:t-budget",
+                 "--pairs", "stock:t-budget"])
+    table = json.loads((tmp_path / "out" / "sps-cpu_c1_tiny-t-budget.json").read_text())
+    assert table["kind"] == "sps_table" and table["setting"] == "cpu_c1_tiny"
+    assert table["max_batch"] == 2 and {p[0] for p in table["sps_table"]} == {1, 2}
+    recipe = json.loads((tmp_path / "cpu_c1_tiny" / "recipes" / "t-budget.json").read_text())
+    assert recipe["verify_budget"] == "sps" and recipe["sps_table"] == table["sps_table"]
+    record = json.loads((tmp_path / "out" / "batched-cpu_c1_tiny.json").read_text())
+    assert record["b"] == "t-budget" and record["levels"][0]["median_ratio"] > 0
+    with pytest.raises(SystemExit):
+        script.main(["--settings", "cpu_c1_tiny", "--sps-table", "stock"])

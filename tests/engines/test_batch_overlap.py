@@ -145,7 +145,7 @@ def test_a_failed_step_leaves_nothing_in_flight(ragged, monkeypatch):
     batch.step()
     assert batch._in_flight is not None
 
-    def broken(size, graphs):
+    def broken(size, graphs, width=None):
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(batch, "_queue", broken)
