@@ -57,9 +57,9 @@ class Recipe:
     running requests (a per-step budget: the padded batch has no ragged verify rows)."""
     sps_table: tuple[tuple[float, ...], ...] = ()
     """Measured steps/s by verify tokens per step on this GPU and engine, for verify_budget=sps:
-    points of (tokens, steps/s), or of (rows, tokens, steps/s) measured per batch bucket (``specpilot
-    sps-table`` writes these: a padded batch step's rate depends on its bucket as well as on its
-    verify tokens, bucket x width)."""
+    points of (tokens, steps/s), or of (rows, tokens, steps/s) measured per batch bucket
+    (``specpilot sps-table`` writes these: a padded batch step's rate depends on its bucket as
+    well as on its verify tokens, bucket x width)."""
     w12: tuple[str, ...] = ()
     """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
     ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""

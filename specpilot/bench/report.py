@@ -142,9 +142,9 @@ def render(records: list[dict], skipped: list[Path], base: Path, results_dir: Pa
     if throughput:
         lines += ["", "**Throughput A/B under continuous batching** (B tok/s / A tok/s per "
                   "interleaved repetition; bootstrap 95% CI of the median; p99 request latency in "
-                  "s; decode wall: the same ratio over the decode steps and the host work between "
-                  "them, admissions (prefill rounds) left out, where the record has it; bound: the "
-                  "cost model's speedup bound at the level's tau, for that many requests "
+                  "s; decode wall: the same ratio over the decode steps and the host work "
+                  "between them, admissions (prefill rounds) left out, where the record has it; "
+                  "bound: the cost model's speedup bound at the level's tau, for that many requests "
                   "decoded together where the record has it, else for one request)",
                   ""]
         lines += _table(["setting", "A", "B", "acceptance", "device", "concurrency",

@@ -6,11 +6,12 @@ measures it with the engine that will use it: a batch engine built with the budg
 (bucket, width) step is the captured graph the budget will replay) is filled with ``b`` requests
 per bucket, and each of the bucket's widths is stepped with the width pinned
 (``BatchEngine.step(width=...)``), in rounds whose order rotates (fresh requests each round), a
-warm-up step before each timed run. A step's time includes its draft, its verify and the host read of its table (not the budget's
-own read of the confidences, which is the same at every width). The table keeps every point with
-its bucket, ``(rows, tokens, steps/s)``: a padded step's rate depends on its rows as well as on its
-verify tokens (on the H200 proxy pair, 32 tokens run at 415 steps/s as 32 rows x 1 but at 324 as
-16 rows x 2), so one table by tokens alone would misprice every bucket but one.
+warm-up step before each timed run. A step's time includes its draft, its verify and the host read
+of its table (not the budget's own read of the confidences, which is the same at every width). The
+table keeps every point with its bucket, ``(rows, tokens, steps/s)``: a padded step's rate depends
+on its rows as well as on its verify tokens (on the H200 proxy pair, 32 tokens run at 415 steps/s
+as 32 rows x 1 but at 324 as 16 rows x 2), so one table by tokens alone would misprice every bucket
+but one.
 """
 
 import statistics
