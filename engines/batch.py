@@ -395,6 +395,17 @@ class BatchEngine:
             return []
         return self._deliver(self.transfers.finish_fetch(queued[0]), *queued[1:])
 
+    def wait_in_flight(self) -> bool:
+        """Wait until the overlapped step still queued, if any, has run on the device, without
+        reading it (a caller that times what comes next, e.g. a prefill, counts that wait as the
+        step's); whether there was one."""
+        if self._in_flight is None:
+            return False
+        done = self._in_flight[0][1]
+        if done is not None:
+            done.synchronize()
+        return True
+
     def _can_overlap(self, size: int) -> bool:
         """Whether this step may be queued before the previous one is read: the recipe asks for
         it and the step reads nothing from the host mid-way."""

@@ -141,6 +141,12 @@ class Scheduler:
             return
         self.stats.admissions_total += 1
         start = time.perf_counter()
+        # an overlapped step still running is decode time: the prefill would otherwise wait for
+        # it inside the admission's clock
+        if self.batch.wait_in_flight():
+            waited = time.perf_counter() - start
+            self.stats.step_seconds_total += waited
+            start += waited
         try:
             failed = {id(req): err for req, err in self.batch.add_many(joining)}
         except Exception as err:  # noqa: BLE001 - the whole admission failed; the server goes on

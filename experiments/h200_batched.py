@@ -49,6 +49,7 @@ def bound(setting, models, tau: float | None, concurrency: int = 1) -> float | N
 def run_setting(name: str, args) -> list[dict]:
     from specpilot import fingerprint
     from specpilot.bench.batched import compare_levels
+    from specpilot.bench.sps import budget_recipe
     from specpilot.bench.sps import measure_sps_table
     from specpilot.bench.workload import replay_for
     from specpilot.bench.workload import workload_for
@@ -64,13 +65,13 @@ def run_setting(name: str, args) -> list[dict]:
                             num_prompts=max(PROMPTS_BY_LEVEL.get(c, 2 * c) for c in levels),
                             max_new_tokens=args.max_new_tokens)
     replay = replay_for(models, workload, spec=args.acceptance)
+    setup_s, records = time.time() - started, []
     for engine, recipe_name in args.sps_tables:
         measure_started = time.time()
         base = recipe_for(setting, engine)
         measured = measure_sps_table(models, base, max(levels),
                                      log=lambda m, e=engine: print(f"{e} sps {m}", flush=True))
-        recipe = base.replace(name=recipe_name, verify_budget="sps",
-                              sps_table=tuple(tuple(p) for p in measured["sps_table"]))
+        recipe = budget_recipe(base, measured["sps_table"], recipe_name)
         (setting.directory / "recipes").mkdir(exist_ok=True)
         (setting.directory / "recipes" / f"{recipe_name}.json").write_text(
             json.dumps(recipe.to_dict(), indent=1) + "\n")
@@ -79,7 +80,6 @@ def run_setting(name: str, args) -> list[dict]:
              "recipe": recipe_name, "max_batch": max(levels), **measured,
              "elapsed_s": time.time() - measure_started,
              "fingerprint": fingerprint.current(setting.engine.device).to_dict()}, indent=1))
-    setup_s, records = time.time() - started, []
     for k, (a, b) in enumerate(args.pairs):
         pair_started = time.time()
         engines = {"a": models.engine(recipe_for(setting, a)),

@@ -339,7 +339,7 @@ def check_sps_table(sps_table) -> str | None:
     sizes = {len(p) for p in sps_table}
     if not sps_table or len(sizes) != 1 or sizes - {2, 3}:
         return "needs points of (tokens, steps/s) or, per batch bucket, (rows, tokens, steps/s)"
-    if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < float("inf")
            for p in sps_table for v in p):
-        return "needs positive numbers"
+        return "needs positive finite numbers"
     return None

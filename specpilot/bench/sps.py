@@ -5,13 +5,13 @@ the steps per second of a decode step that verifies ``b * w`` tokens (DSpark's t
 measures it with the engine that will use it: a batch engine built with the budget (so each
 (bucket, width) step is the captured graph the budget will replay) is filled with ``b`` requests
 per bucket, and each of the bucket's widths is stepped with the width pinned
-(``BatchEngine.step(width=...)``), in rounds whose order rotates (fresh requests each round), a
-warm-up step before each timed run. A step's time includes its draft, its verify and the host read
+(``BatchEngine.step(width=...)``), in rounds whose order rotates, each timed run on fresh requests
+(prefilled untimed, so every width runs at the same context) after a warm-up step. A step's time includes its draft, its verify and the host read
 of its table (not the budget's own read of the confidences, which is the same at every width). The
 table keeps every point with its bucket, ``(rows, tokens, steps/s)``: a padded step's rate depends
-on its rows as well as on its verify tokens (on the H200 proxy pair, 32 tokens run at 415 steps/s
-as 32 rows x 1 but at 324 as 16 rows x 2), so one table by tokens alone would misprice every bucket
-but one.
+on its rows as well as on its verify tokens (on the H200 proxy pair, 32 tokens run at 414 steps/s
+as 32 rows x 1 but at 336 as 16 rows x 2), so one table by tokens alone would misprice every bucket
+but one. The budget's recipe turns overlapped scheduling and two stages off, which it excludes.
 """
 
 import statistics
@@ -41,8 +41,7 @@ def measure_sps_table(models, recipe, max_batch: int, rounds: int = 3, steps: in
                              "verify widths, so it needs a speculative recipe")
     if rounds < 1 or steps < 1:
         raise SpecPilotError("a steps/s table needs rounds >= 1 and steps >= 1")
-    engine = models.engine(recipe.replace(verify_budget="sps", sps_table=PLACEHOLDER_TABLE,
-                                          two_stage=(), overlap_schedule=False))
+    engine = models.engine(budget_recipe(recipe, PLACEHOLDER_TABLE))
     batch = BatchEngine(engine, max_batch)
     texts = load_prompts("gsm8k", max_batch)
     prompts = [(models.tokenizer.encode(t).ids * prompt_tokens)[:prompt_tokens] for t in texts]
@@ -50,31 +49,32 @@ def measure_sps_table(models, recipe, max_batch: int, rounds: int = 3, steps: in
     try:
         for bucket in batch.buckets:
             widths = batch.budget_widths(bucket)
-            # each round's requests must outlast its steps, each keeping up to a whole window
-            budget = len(widths) * (steps + 1) * max(widths)
-            if prompt_tokens + budget + 1 > engine.max_len:
+            # fresh requests for every timed run (prefilled untimed), so every width is timed at
+            # the same context; each must outlast its steps, keeping up to a whole window each
+            budget = (steps + 1) * max(widths) + 1  # + the prefill's token
+            if prompt_tokens + budget > engine.context:
                 raise SpecPilotError(
-                    f"measuring {len(widths)} widths x {steps + 1} steps needs "
-                    f"{prompt_tokens + budget + 1} tokens per row; the engine holds "
-                    f"{engine.max_len}: lower --steps")
+                    f"timing {steps + 1} steps of up to {max(widths)} tokens after a "
+                    f"{prompt_tokens}-token prompt needs {prompt_tokens + budget} tokens per row; "
+                    f"the engine holds {engine.context}: lower --steps")
             params = SamplingParams(max_new_tokens=budget, ignore_eos=True)
             rates = {w: [] for w in widths}
-            for r in range(rounds):  # fresh requests (prefilled untimed) each round
-                requests = [Running(f"sps-{bucket}-{r}-{i}", list(prompts[i % len(prompts)]),
-                                    params, set()) for i in range(bucket)]
-                for req, err in batch.add_many(requests):
-                    raise err
+            for r in range(rounds):
                 for w in widths[r % len(widths):] + widths[:r % len(widths)]:
-                    batch.step(width=w)  # warm-up (and the previous width's read is done)
+                    requests = [Running(f"sps-{bucket}-{r}-{w}-{i}",
+                                        list(prompts[i % len(prompts)]), params, set())
+                                for i in range(bucket)]
+                    for req, err in batch.add_many(requests):
+                        raise err
+                    batch.step(width=w)  # warm-up
                     _sync(engine.device)
                     started = time.perf_counter()
                     for _ in range(steps):
                         batch.step(width=w)
-                    batch.flush()
                     _sync(engine.device)
                     rates[w].append(steps / (time.perf_counter() - started))
-                for req in list(batch.running):
-                    batch.remove(req)
+                    for req in list(batch.running):
+                        batch.remove(req)
             for w in widths:
                 median = statistics.median(rates[w])
                 samples.append({"bucket": bucket, "width": w, "tokens": bucket * w,
@@ -87,6 +87,14 @@ def measure_sps_table(models, recipe, max_batch: int, rounds: int = 3, steps: in
         release_memory(engine.device)
     table = [[s["bucket"], s["tokens"], s["steps_per_s"]] for s in samples]
     return {"samples": samples, "sps_table": table}
+
+
+def budget_recipe(base, sps_table, name: str | None = None):
+    """``base`` with the confidence budget on ``sps_table`` (named ``name``); overlapped
+    scheduling and two stages, which the budget excludes, are off."""
+    return base.replace(name=name or base.name, verify_budget="sps",
+                        sps_table=tuple(tuple(p) for p in sps_table), overlap_schedule=False,
+                        two_stage=())
 
 
 def _sync(device: torch.device) -> None:

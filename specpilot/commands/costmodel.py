@@ -37,6 +37,9 @@ class Args:
             raise ValueError("--prefill-fixed-ms must be >= 0")
         if self.host_step_ms < 0:
             raise ValueError("--host-step-ms must be >= 0")
+        if self.host_step_ms > 0 and self.concurrency == 1:
+            raise ValueError("--host-step-ms prices overlapped scheduling, a batch mechanism: "
+                             "give --concurrency N > 1 too")
         if self.rollback not in ("snapshot", "replay"):
             raise ValueError("--rollback must be snapshot or replay")
 

@@ -32,6 +32,7 @@ def run(args: Args) -> int:
     import time
 
     from specpilot import fingerprint
+    from specpilot.bench.sps import budget_recipe
     from specpilot.bench.sps import measure_sps_table
     from specpilot.build import load_models
     from specpilot.engine_names import recipe_for
@@ -44,8 +45,7 @@ def run(args: Args) -> int:
     started = time.time()
     measured = measure_sps_table(models, base, rows, rounds=args.rounds, steps=args.steps)
     name = args.name or f"{args.engine.replace('+', '-')}-budget"
-    recipe = base.replace(name=name, verify_budget="sps",
-                          sps_table=tuple(tuple(p) for p in measured["sps_table"]))
+    recipe = budget_recipe(base, measured["sps_table"], name)
     path = setting.directory / "recipes" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(recipe.to_dict(), indent=1) + "\n")

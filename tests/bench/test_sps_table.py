@@ -1,12 +1,13 @@
 """The confidence budget's steps/s table, measured with the engine that will use it
-(``specpilot sps-table``): one timed entry per (bucket, width) the budget may verify, folded into
-a table by verify tokens, and a recipe that runs the budget with it."""
+(``specpilot sps-table``): one timed entry per (bucket, width) the budget may verify, kept with its
+bucket, and a recipe that runs the budget with it."""
 
 import json
 import shutil
 
 import pytest
 
+from specpilot.bench.sps import budget_recipe
 from specpilot.bench.sps import measure_sps_table
 from specpilot.build import load_models
 from specpilot.engines.decode.budget import steps_per_second
@@ -31,9 +32,8 @@ def test_every_width_of_every_bucket_is_timed():
         assert s["tokens"] == s["bucket"] * s["width"]
         assert 0 < s["spread"][0] <= s["steps_per_s"] <= s["spread"][1]
     # every point with its bucket: the budget prices a bucket's widths by its own points
-    assert measured["sps_table"] == [[s["bucket"], s["tokens"], s["steps_per_s"]]
-                                     for s in samples]
-    recipe = STOCK.replace(verify_budget="sps", sps_table=measured["sps_table"])
+    recipe = budget_recipe(STOCK.replace(overlap_schedule=True), measured["sps_table"])
+    assert recipe.verify_budget == "sps" and not recipe.overlap_schedule  # which it excludes
     for s in samples:
         assert steps_per_second(recipe.sps_table, s["tokens"], s["bucket"]) == pytest.approx(
             s["steps_per_s"])
@@ -65,3 +65,22 @@ def test_the_command_writes_a_budget_recipe(tmp_path, monkeypatch):
     assert data["kind"] == "sps_table" and data["max_batch"] == 2 and data["fingerprint"]
     models = load_models(load_setting("cpu_c4_tiny"))
     assert BatchEngine(models.engine(recipe), 2)._budget
+
+
+def test_a_base_with_overlap_or_two_stages_gets_a_valid_budget_recipe(tmp_path, monkeypatch):
+    """The budget excludes overlapped scheduling and two stages: the engine measured and the
+    recipe written both leave them off, so a catalog base like stock+overlap-schedule works."""
+    from specpilot import cli
+    from specpilot import settings
+
+    shutil.copytree(settings.SETTINGS_DIR / "cpu_c4_tiny", tmp_path / "cpu_c4_tiny")
+    monkeypatch.setattr(settings, "SETTINGS_DIR", tmp_path)
+    (tmp_path / "cpu_c4_tiny" / "recipes").mkdir()
+    (tmp_path / "cpu_c4_tiny" / "recipes" / "ov.json").write_text(json.dumps(
+        STOCK.replace(name="ov", overlap_schedule=True).to_dict()))
+    assert cli.main(["sps-table", "cpu_c4_tiny", "--engine", "ov", "--concurrency", "1",
+                     "--rounds", "1", "--steps", "1"]) == 0
+    recipe = Recipe.from_json(tmp_path / "cpu_c4_tiny" / "recipes" / "ov-budget.json")
+    assert recipe.verify_budget == "sps" and not recipe.overlap_schedule and not recipe.two_stage
+    with pytest.raises(SpecPilotError, match="positive finite"):
+        STOCK.replace(verify_budget="sps", sps_table=((1, 8, float("nan")),))

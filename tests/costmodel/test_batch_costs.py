@@ -192,3 +192,6 @@ def test_cli_prints_the_overlap_term_given_the_host_time(capsys):
     assert "overlapped scheduling (host 5 ms per step" in out and "decode wall" in out
     assert cli.main(["costmodel", "h200_c32_qwen38-27b_dflash2", "--concurrency", "32"]) == 0
     assert "overlapped scheduling" not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:  # one request: no batch to overlap
+        cli.main(["costmodel", "h200_c32_qwen38-27b_dflash2", "--host-step-ms", "5"])
+    assert exit_.value.code == 2 and "--concurrency N > 1" in capsys.readouterr().err

@@ -174,6 +174,48 @@ def test_overlap_through_the_scheduler(tiny_models, tiny_prompts, serve_all, mon
     assert len(built) == 1 and 0 < built[0].overlapped_steps == stats.steps_total
 
 
+def test_a_step_in_flight_at_an_admission_is_decode_time(tiny_models, tiny_prompts, serve_all,
+                                                         monkeypatch):
+    """A request joins while an overlapped step still runs: the scheduler waits for that step
+    before it starts the admission's clock and counts the wait as decode-step time (the prefill
+    would otherwise wait for it inside the admission). The wait stands in for the device here."""
+    import time
+
+    waits = []
+    real = BatchEngine.wait_in_flight
+
+    def slow(self):
+        if not real(self):
+            return False
+        time.sleep(0.2)
+        waits.append(self._in_flight is not None)  # waited, not read
+        return True
+
+    monkeypatch.setattr(BatchEngine, "wait_in_flight", slow)
+    engine = tiny_models.engine(STOCK.replace(overlap_schedule=True))
+    prompts = [p[:30] for p in tiny_prompts[:6]]
+    params = [SamplingParams(max_new_tokens=n) for n in (6, 20, 9, 20, 12, 20)]
+    alone = [engine.generate(p, q).tokens for p, q in zip(prompts, params)]
+    got, stats = serve_all(engine, prompts, params, 2)
+    assert got == alone
+    assert waits and all(waits)  # requests joined with a step in flight
+    assert stats.step_seconds_total >= 0.2 * len(waits)
+    assert stats.admission_seconds_total < 0.2 * len(waits)  # the waits are not in it
+
+
+def test_wait_in_flight_waits_without_reading(ragged):
+    models, prompts, refs = ragged("cpu_c1_tiny", [20], 9, 5)
+    batch = BatchEngine(models.engine(STOCK.replace(overlap_schedule=True)), 2)
+    reqs, _ = _requests(prompts, refs)
+    batch.add_many(reqs)
+    assert not batch.wait_in_flight()
+    batch.step()
+    before = list(reqs[0].tokens)
+    assert batch.wait_in_flight() and reqs[0].tokens == before  # nothing read
+    assert batch.flush() and len(reqs[0].tokens) > len(before)
+    assert not batch.wait_in_flight()
+
+
 @pytest.mark.parametrize("changes", [
     {"overlap_schedule": "yes"}, {"overlap_schedule": 1},
     {"overlap_schedule": True, "verify_budget": "sps", "sps_table": [[2, 1.0]]},
