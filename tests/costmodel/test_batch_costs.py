@@ -170,17 +170,17 @@ def test_overlap_pays_its_host_share_less_one_step_per_request():
     bounds the step instead."""
     from specpilot.costmodel.phases import overlap_schedule_bound
 
-    # the seed-scale Qwen3.8-27B c=32 bench: ~47 ms on the GPU, ~5 ms on the host, 64 tokens
-    seed = overlap_schedule_bound(47.0, 5.0, 64, 3.44)
-    assert seed["step_ratio"] == pytest.approx(52 / 47)
+    # the seed-scale Qwen3.8-27B c=32 bench: ~49 ms steps, ~4 ms of host work between them
+    seed = overlap_schedule_bound(49.0, 4.0, 64, 3.44)
+    assert seed["step_ratio"] == pytest.approx(53 / 49)
     assert seed["occupancy"] == pytest.approx(18.6 / 19.6, rel=1e-3)
-    assert seed["decode"] == pytest.approx(52 / 47 * 18.6 / 19.6, rel=1e-3)
-    longer = overlap_schedule_bound(47.0, 5.0, 256, 3.44)  # longer requests lose less
+    assert seed["decode"] == pytest.approx(53 / 49 * 18.6 / 19.6, rel=1e-3)
+    longer = overlap_schedule_bound(49.0, 4.0, 256, 3.44)  # longer requests lose less
     assert longer["decode"] > seed["decode"]
-    assert overlap_schedule_bound(47.0, 0.0, 64, 3.44)["decode"] < 1.0
+    assert overlap_schedule_bound(49.0, 0.0, 64, 3.44)["decode"] < 1.0
     assert overlap_schedule_bound(2.0, 3.0, 1e9, 3.0)["step_ratio"] == pytest.approx(5 / 3)
     with pytest.raises(ValueError, match="tau >= 1"):
-        overlap_schedule_bound(47.0, 5.0, 64, 0.5)
+        overlap_schedule_bound(49.0, 4.0, 64, 0.5)
 
 
 def test_cli_prints_the_overlap_term_given_the_host_time(capsys):
