@@ -49,8 +49,7 @@ def bound(setting, models, tau: float | None, concurrency: int = 1) -> float | N
 def run_setting(name: str, args) -> list[dict]:
     from specpilot import fingerprint
     from specpilot.bench.batched import compare_levels
-    from specpilot.bench.sps import budget_recipe
-    from specpilot.bench.sps import measure_sps_table
+    from specpilot.bench.sps import save_budget_recipe
     from specpilot.bench.workload import replay_for
     from specpilot.bench.workload import workload_for
     from specpilot.build import load_models
@@ -67,19 +66,10 @@ def run_setting(name: str, args) -> list[dict]:
     replay = replay_for(models, workload, spec=args.acceptance)
     setup_s, records = time.time() - started, []
     for engine, recipe_name in args.sps_tables:
-        measure_started = time.time()
-        base = recipe_for(setting, engine)
-        measured = measure_sps_table(models, base, max(levels),
-                                     log=lambda m, e=engine: print(f"{e} sps {m}", flush=True))
-        recipe = budget_recipe(base, measured["sps_table"], recipe_name)
-        (setting.directory / "recipes").mkdir(exist_ok=True)
-        (setting.directory / "recipes" / f"{recipe_name}.json").write_text(
-            json.dumps(recipe.to_dict(), indent=1) + "\n")
-        (OUT / f"sps-{setting.name}-{recipe_name}.json").write_text(json.dumps(
-            {"kind": "sps_table", "timestamp": measure_started, "setting": name, "engine": engine,
-             "recipe": recipe_name, "max_batch": max(levels), **measured,
-             "elapsed_s": time.time() - measure_started,
-             "fingerprint": fingerprint.current(setting.engine.device).to_dict()}, indent=1))
+        _, record = save_budget_recipe(models, recipe_for(setting, engine), engine, max(levels),
+                                       recipe_name, log=lambda m, e=engine: print(f"{e} sps {m}",
+                                                                                  flush=True))
+        (OUT / f"sps-{setting.name}-{recipe_name}.json").write_text(json.dumps(record, indent=1))
     for k, (a, b) in enumerate(args.pairs):
         pair_started = time.time()
         engines = {"a": models.engine(recipe_for(setting, a)),

@@ -14,8 +14,10 @@ as 32 rows x 1 but at 336 as 16 rows x 2), so one table by tokens alone would mi
 but one. The budget's recipe turns overlapped scheduling and two stages off, which it excludes.
 """
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -95,6 +97,27 @@ def budget_recipe(base, sps_table, name: str | None = None):
     return base.replace(name=name or base.name, verify_budget="sps",
                         sps_table=tuple(tuple(p) for p in sps_table), overlap_schedule=False,
                         two_stage=())
+
+
+def save_budget_recipe(models, base, engine: str, max_batch: int, name: str | None = None,
+                       rounds: int = 3, steps: int = 4, log=print) -> tuple[Path, dict]:
+    """Measure ``base``'s table (:func:`measure_sps_table`), write :func:`budget_recipe` as
+    ``recipes/NAME.json`` (default ``ENGINE-budget``) of the models' setting, and return its path
+    and the measurement's record (kind ``sps_table``, with the fingerprint)."""
+    from specpilot import fingerprint
+
+    started = time.time()
+    measured = measure_sps_table(models, base, max_batch, rounds=rounds, steps=steps, log=log)
+    name = name or f"{engine.replace('+', '-')}-budget"
+    setting = models.setting
+    path = setting.directory / "recipes" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(budget_recipe(base, measured["sps_table"], name).to_dict(),
+                               indent=1) + "\n")
+    return path, {"kind": "sps_table", "timestamp": started, "setting": setting.name,
+                  "engine": engine, "recipe": name, "max_batch": max_batch, "rounds": rounds,
+                  "steps": steps, **measured, "elapsed_s": time.time() - started,
+                  "fingerprint": fingerprint.current(setting.engine.device).to_dict()}
 
 
 def _sync(device: torch.device) -> None:

@@ -29,33 +29,18 @@ class Args:
 
 
 def run(args: Args) -> int:
-    import time
-
-    from specpilot import fingerprint
-    from specpilot.bench.sps import budget_recipe
-    from specpilot.bench.sps import measure_sps_table
+    from specpilot.bench.sps import save_budget_recipe
     from specpilot.build import load_models
     from specpilot.engine_names import recipe_for
     from specpilot.settings import load_setting
 
     setting = load_setting(args.setting)
-    base = recipe_for(setting, args.engine)
-    models = load_models(setting)
-    rows = args.concurrency or setting.scenario.concurrency
-    started = time.time()
-    measured = measure_sps_table(models, base, rows, rounds=args.rounds, steps=args.steps)
-    name = args.name or f"{args.engine.replace('+', '-')}-budget"
-    recipe = budget_recipe(base, measured["sps_table"], name)
-    path = setting.directory / "recipes" / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(recipe.to_dict(), indent=1) + "\n")
-    print(f"wrote {path}: verify_budget 'sps' over {len(recipe.sps_table)} measured points")
+    base = recipe_for(setting, args.engine)  # a bad name fails before the models load
+    path, record = save_budget_recipe(load_models(setting), base, args.engine,
+                                      args.concurrency or setting.scenario.concurrency,
+                                      args.name, rounds=args.rounds, steps=args.steps)
+    print(f"wrote {path}: verify_budget 'sps' over {len(record['sps_table'])} measured points")
     if args.json:
-        record = {"kind": "sps_table", "timestamp": started, "setting": setting.name,
-                  "engine": args.engine, "recipe": name, "max_batch": rows,
-                  "rounds": args.rounds, "steps": args.steps, **measured,
-                  "elapsed_s": time.time() - started,
-                  "fingerprint": fingerprint.current(setting.engine.device).to_dict()}
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
     return 0
