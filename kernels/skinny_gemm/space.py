@@ -22,7 +22,7 @@ KEY = ("M_BUCKET", "N", "K")
 
 PARAMS = {
     "gemv": {
-        "BLOCK_N": [8, 16, 32, 64],
+        "BLOCK_N": [4, 8, 16, 32, 64],
         "BLOCK_K": [128, 256, 512, 1024],
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [2, 4, 8],
@@ -73,6 +73,10 @@ SWEEP = [
     _config("gemv", 8, 512, 1, 4, 3, k_stages=3),
     _config("gemv", 16, 256, 1, 4, 3, k_stages=3),
     _config("gemv", 8, 256, 1, 4, 3, k_stages=4),
+    # Fewer rows per program, the shape that helped the W12 GEMV
+    # (results/h200-2026-11-30-w12-anatomy.json), measured here too so the comparison stays fair.
+    _config("gemv", 4, 1024, 1, 2, 3),
+    _config("gemv", 4, 512, 1, 2, 3, k_stages=3),
     _config("dot", 64, 128, 1, 4, 4),
     _config("dot", 128, 128, 1, 4, 3),
     _config("dot", 64, 256, 1, 4, 3),
@@ -141,7 +145,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 
 # Parameters whose value must be one of their listed choices (0 means "off" for these).
-CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS")
+CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY")
 
 
 def check_param(name: str, value, choices: list) -> None:

@@ -4,7 +4,9 @@ Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decod
 "prmt": inline-PTX decode of 4 weights per call, GPU only), ``ESC_CHUNK`` (escapes applied per row
 in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
 measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
-costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed).
+costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed; the
+GEMV fetches each row's first chunk under its first K steps instead, so there it is the number of
+escapes per row that cost the tail nothing: results/h200-2026-11-30-w12-anatomy.json).
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
@@ -41,14 +43,15 @@ KEY = ("M_BUCKET", "N", "K")
 
 PARAMS = {
     "gemv": {
-        "BLOCK_N": [8, 16, 32, 64],
+        "BLOCK_N": [4, 8, 16, 32, 64],
         "BLOCK_K": [64, 128, 256, 512],
         "SPLIT_K": [1, 2, 4, 8],
-        "num_warps": [2, 4, 8],
+        "num_warps": [1, 2, 4, 8],
         "num_stages": [1, 2, 3, 4],
         "K_STAGES": [1, 2, 3, 4],
         "DECODE": ["int", "prmt"],
-        "ESC_CHUNK": [1, 2, 4],
+        "ESC_CHUNK": [1, 2, 4, 8],
+        "ESC_EARLY": [0, 1],
     },
     "gemv_sk": {
         "BLOCK_N": [8, 16, 32],
@@ -68,7 +71,7 @@ PARAMS = {
         "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5],
         "DECODE": ["int", "prmt"],
-        "ESC_CHUNK": [1, 2, 4],
+        "ESC_CHUNK": [1, 2, 4, 8],
     },
 }
 
@@ -84,11 +87,13 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1) -> dict:
+            num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1,
+            esc_early: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
               "ESC_CHUNK": esc_chunk}
-    return {**config, "K_STAGES": k_stages} if kernel == "gemv" else config
+    return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
+            else config)
 
 
 def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
@@ -115,6 +120,20 @@ SWEEP = [
     _config("gemv", 16, 256, 2, 4, 3, "prmt", k_stages=3),
     _config("gemv", 8, 256, 2, 4, 3, "prmt", k_stages=3),
     _config("gemv", 8, 128, 1, 4, 3, "prmt", k_stages=4),
+    # Longer K steps and fewer rows per program, and escapes fetched under the first K steps
+    # (ESC_EARLY). H200 (results/h200-2026-11-30-w12-anatomy.json): the decode and FMA put ~6 us on
+    # gate_up over the same loop streaming the bytes without them (70.3 vs 63.7 us), and the
+    # escape epilogue ~1 us on every shape; a 4 x 512 GEMV over a blocked copy of the planes took
+    # 66.1 us.
+    _config("gemv", 8, 256, 1, 4, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
+    _config("gemv", 8, 512, 1, 4, 3, "prmt"),
+    _config("gemv", 8, 512, 1, 4, 3, "prmt", esc_chunk=4, esc_early=1),
+    _config("gemv", 8, 512, 1, 4, 3, "prmt", esc_chunk=4, k_stages=2, esc_early=1),
+    _config("gemv", 4, 512, 1, 2, 3, "prmt"),
+    _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, esc_early=1),
+    _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
+    _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=8, esc_early=1),
+    _config("gemv", 4, 256, 1, 1, 3, "prmt", esc_chunk=4, esc_early=1),
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),
@@ -135,7 +154,7 @@ SWEEP = [
 # Parameters a kernel gained after configs were stored, with the value that runs it as before
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
-ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1}}
+ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024

@@ -26,7 +26,9 @@ An escaped weight sits in the planes with its exponent clamped into the window, 
 multiplies x by a wrong but finite value ``d``. The split that owns K range 0 then adds, per
 escape of each of its rows, ``esc_delta * x[:, col]`` with ``esc_delta = fp32(exact) - fp32(d)``
 precomputed at pack time (a per-row CSR walked in the epilogue, ~0.01% of weights: no extra
-launch). Consequences, documented as the W12 GEMM contract:
+launch; with ``ESC_EARLY`` the GEMV fetches each row's first ``ESC_CHUNK`` escapes and their x
+values under its first two K steps instead, so a program's tail waits on memory only for rows
+with more escapes than that). Consequences, documented as the W12 GEMM contract:
 
 - The *weights* are lossless: ``unpack(pack(w))`` is bit-identical to ``w``.
 - The *output* is not bit-identical to a bf16 GEMM on ``w``: the escaped products enter the fp32
@@ -56,16 +58,25 @@ from specpilot.kernels.w12_gemm import space
 
 
 @triton.jit
-def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
+def escape_rows(row_ptr, offs_n, mask):
+    """``(start, count)`` of the escapes of rows ``offs_n`` (0 where ``mask`` is false). Loaded
+    at a kernel's start and used in its epilogue, so the load's latency hides under the K loop."""
+    start = tl.load(row_ptr + offs_n, mask=mask, other=0)
+    count = tl.load(row_ptr + offs_n + 1, mask=mask, other=0) - start
+    return start, count
+
+
+@triton.jit
+def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, start, count, first, esc_col_ptr,
                   esc_delta_ptr, ESC_CHUNK: tl.constexpr):
-    """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes of rows ``offs_n``,
-    ``ESC_CHUNK`` escapes per row at a time: a chunk's loads are unrolled, so its ``esc_col`` and
-    ``esc_delta`` loads, and then its x gathers, are in flight together (about two memory latencies
-    per chunk instead of two per escape; a tuning parameter, see ``space.py``)."""
-    start = tl.load(row_ptr + offs_n, mask=n_mask, other=0)
-    count = tl.load(row_ptr + offs_n + 1, mask=n_mask, other=0) - start
+    """``acc [BM, BN] += esc_delta * x[offs_m, esc_col]`` over the escapes ``first, first + 1,
+    ...`` of each row (``start``, ``count``: :func:`escape_rows`), ``ESC_CHUNK`` per row at a
+    time: a chunk's loads are unrolled, so its ``esc_col`` and ``esc_delta`` loads, and then its x
+    gathers, are in flight together (about two memory latencies per chunk instead of two per
+    escape; a tuning parameter, see ``space.py``). No iteration when no row has more than
+    ``first`` escapes."""
     m_mask = offs_m[:, None] < M
-    for i0 in range(0, tl.max(count, axis=0), ESC_CHUNK):
+    for i0 in range(first, tl.max(count, axis=0), ESC_CHUNK):
         for d in tl.static_range(ESC_CHUNK):
             has = i0 + d < count
             col = tl.load(esc_col_ptr + start + i0 + d, mask=has, other=0)
@@ -130,8 +141,17 @@ def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: t
 def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                              ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``.
+                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
+                             ESC_EARLY: tl.constexpr):
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``. Only
+    split 0 applies escapes.
+
+    ``ESC_EARLY``: the escapes do not wait at the end. The rows' escape ranges load at the
+    start, the first ``ESC_CHUNK`` escapes of each row (``esc_col``, ``esc_delta``) after the first
+    K step and their x values after the second, each under the next step's weight loads (the two
+    steps are peeled off the loop, masked, so a split of any length is right); only rows with more
+    escapes go on in the epilogue (:func:`apply_escapes`). Otherwise the epilogue loads and walks
+    them all.
 
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async`` into shared memory): that many
     K steps' tiles in flight per warp without holding them in registers (a GEMV loop with no
@@ -145,21 +165,39 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     nib_rows = nib_ptr + row * K2
     j_lo = pid_k * k_per_split
     j_hi = tl.minimum(j_lo + k_per_split, K2)
-    # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
-    j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for j0 in tl.range(j_lo, j_full, BLOCK_K, num_stages=K_STAGES):
+    j_rest = j_lo
+    if ESC_EARLY:
+        start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_lo, j_hi, K, K2, n_mask, BLOCK_K, ASM,
+                        True)
+        slot = tl.arange(0, ESC_CHUNK)[None, :]
+        has = slot < count[:, None]  # [BLOCK_N, ESC_CHUNK]
+        col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
+        delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
+        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_lo + BLOCK_K, j_hi, K, K2, n_mask,
+                        BLOCK_K, ASM, True)
+        x_esc = tl.load(x_ptr + col, mask=has, other=0.0)
+        j_rest = j_lo + 2 * BLOCK_K
+    # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
+    j_full = tl.maximum(j_rest, j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K)
+    for j0 in tl.range(j_rest, j_full, BLOCK_K, num_stages=K_STAGES):
         acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, ASM,
                         False)
     if j_full < j_hi:
         acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K,
                         ASM, True)
-    y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
-    offs_m = tl.arange(0, 1)
-    if pid_k == 0:
-        y = apply_escapes(y, x_ptr, 0, offs_m, M, offs_n, n_mask, row_ptr, esc_col_ptr,
-                          esc_delta_ptr, ESC_CHUNK)
-    store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
+    y = tl.sum(acc, axis=1) * scale  # [BLOCK_N]
+    if ESC_EARLY:
+        y += tl.sum(x_esc.to(tl.float32) * delta, axis=1)
+        first = ESC_CHUNK  # the rest of rows with more than a chunk
+    else:
+        start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
+        first = 0
+    y = apply_escapes(y[None, :], x_ptr, 0, tl.arange(0, 1), M, start, count, first,
+                      esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
+    store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
+                 SPLIT_K)
 
 
 @triton.jit
@@ -183,7 +221,8 @@ def gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
                         BLOCK_K, ASM, True)
     y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
     if s_lo == 0:
-        y = apply_escapes(y, x_ptr, 0, tl.arange(0, 1), M, offs_n, n_mask, row_ptr, esc_col_ptr,
+        start, count = escape_rows(row_ptr, offs_n, n_mask)
+        y = apply_escapes(y, x_ptr, 0, tl.arange(0, 1), M, start, count, 0, esc_col_ptr,
                           esc_delta_ptr, ESC_CHUNK)
     return offs_n, y
 
@@ -283,9 +322,9 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
         acc = dot_step(acc, x_cols, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, t_mask,
                        BLOCK_K, ASM, True, X_F32)
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
-    if pid_k == 0:
-        out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, offs_n, n_mask, row_ptr,
-                              esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
+    start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
+    out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+                          esc_delta_ptr, ESC_CHUNK)  # count is 0 outside split 0
     tile_id = pid_t * tl.num_programs(0) + pid_n
     store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
 
@@ -341,7 +380,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            K_STAGES=cfg["K_STAGES"], **meta)
+            K_STAGES=cfg["K_STAGES"], ESC_EARLY=bool(cfg["ESC_EARLY"]), **meta)
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,

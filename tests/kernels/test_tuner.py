@@ -127,6 +127,12 @@ def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir)
                       {"config": {**old, "BLOCK_N": 24}}, kernel_cache_dir)
     [retuned] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, log=_quiet)
     assert not retuned.from_cache
+    # a W12 GEMV from before K_STAGES and ESC_EARLY runs its loop and epilogue as it did then
+    old_w12 = {**old, "DECODE": "int", "ESC_CHUNK": 1}
+    cache.store_entry(cache.entry_key("w12_gemm", 20, 48, 1, kernel_key), {"config": old_w12},
+                      kernel_cache_dir)
+    assert cache.lookup_config("w12_gemm", 1, 20, 48, torch.device("cpu")) == {
+        **old_w12, "K_STAGES": 1, "ESC_EARLY": 0}
 
 
 def test_a_study_of_another_space_is_left_alone(kernel_cache_dir, monkeypatch):

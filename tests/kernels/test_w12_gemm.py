@@ -17,9 +17,10 @@ from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 
 
-def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1):
+def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1, early=1):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
-            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "K_STAGES": k_stages}
+            "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "K_STAGES": k_stages,
+            "ESC_EARLY": early}
 
 
 def dot(bn=16, bk=16, split=1, warps=4, esc=1):
@@ -36,7 +37,15 @@ def streamk(bn=8, bk=16, programs=None, esc=1):
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-w12-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
+    pytest.param(1, 67, 45, gemv(bn=8, split=3, early=0), id="M1-K67-N45-w12-gemv-split3-late"),
     pytest.param(1, 200, 45, gemv(bn=8, k_stages=3), id="M1-K200-N45-w12-gemv-pipelined"),
+    # The GEMV peels its first two K steps (masked) to fetch escapes under them: K2 = 10, less
+    # than one step; K2 = 20, one step and a tail inside the second peeled step; four rows.
+    pytest.param(1, 20, 45, gemv(bn=4, esc=2), id="M1-K20-N45-w12-gemv-one-partial-step"),
+    pytest.param(1, 40, 45, gemv(bn=4, esc=4), id="M1-K40-N45-w12-gemv-step-and-tail"),
+    # K2 = 100 in splits of 64 pairs: the last one two peeled steps, no loop, a tail of 4 pairs.
+    pytest.param(1, 200, 45, gemv(bn=8, split=2, k_stages=2),
+                 id="M1-K200-N45-w12-gemv-split2-peeled-tail"),
     pytest.param(1, 66, 45, dot(), id="M1-K66-N45-w12-dot"),
     # Stream-K, 6 tiles x 3 steps (the last one a masked tail): 2 slots per SM x 132 SMs, one
     # program per step (every tile summed from three partials); 4 slots: one data-parallel round,
@@ -75,7 +84,8 @@ def test_triton(m, k, n, config):
     assert_gemm_close("w12_gemm fp32 out", out32, x, w)
 
 
-@pytest.mark.parametrize("config", [gemv(), dot()], ids=["gemv", "dot"])
+@pytest.mark.parametrize("config", [gemv(), gemv(early=0), dot()],
+                         ids=["gemv", "gemv-late", "dot"])
 def test_dropping_escape_corrections_is_caught(config):
     """Without the epilogue's escape terms the result is wrong: the check must see it."""
     m = 1 if config["kernel"] == "gemv" else 4
@@ -86,7 +96,7 @@ def test_dropping_escape_corrections_is_caught(config):
                            abs_sum).ok
 
 
-@pytest.mark.parametrize("esc", [1, 2, 4])
+@pytest.mark.parametrize("esc", [1, 2, 4, 8])
 def test_high_escape_rate_tensor(esc):
     """Rows with many escapes (more than one chunk, and a partial last chunk), in chunks of
     ``esc``."""
@@ -97,8 +107,10 @@ def test_high_escape_rate_tensor(esc):
     assert packed.escape_rate > 0.3
     x = torch.randn((5, 40), generator=gen).to(torch.bfloat16)
     assert_gemm_close("w12 high escape", w12_gemm_triton(x, packed, config=dot(esc=esc)), x, w)
-    assert_gemm_close("w12 high escape gemv",
-                      w12_gemm_triton(x[:1], packed, config=gemv(esc=esc)), x[:1], w)
+    for early in (0, 1):
+        assert_gemm_close("w12 high escape gemv",
+                          w12_gemm_triton(x[:1], packed, config=gemv(esc=esc, early=early)),
+                          x[:1], w)
 
 
 @pytest.mark.parametrize("exp2", [126, -110], ids=["window-near-254", "window-near-0"])
