@@ -90,6 +90,32 @@ def blocked_kernel(x_ptr, blk_ptr, out_ptr, N, K, K2, scale, BLOCK_N: tl.constex
 
 
 @triton.jit
+def rowmajor_kernel(x_ptr, sm_ptr, nib_ptr, out_ptr, N, K, K2, scale, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, K_STAGES: tl.constexpr, ASM: tl.constexpr = True):
+    """:func:`blocked_kernel`'s loop over the product's row-major planes: no masks, no escapes,
+    K2 a multiple of BLOCK_K (tells layout from kernel code)."""
+    rb = tl.program_id(0)
+    offs_n = rb * BLOCK_N + tl.arange(0, BLOCK_N)
+    row = offs_n.to(tl.int64)[:, None]
+    cols = tl.arange(0, BLOCK_K)[None, :]
+    sm_p = sm_ptr + row * (2 * K2) + cols
+    nib_p = nib_ptr + row * K2 + cols
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for s in tl.range(0, K2 // BLOCK_K, num_stages=K_STAGES):
+        j0 = s * BLOCK_K
+        nib = tl.load(nib_p + j0, eviction_policy="evict_first")
+        sm_a = tl.load(sm_p + j0, eviction_policy="evict_first")
+        sm_b = tl.load(sm_p + K2 + j0, eviction_policy="evict_first")
+        offs_j = j0 + tl.arange(0, BLOCK_K)
+        x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last").to(tl.float32)
+        x_b = tl.load(x_ptr + K2 + offs_j, eviction_policy="evict_last").to(tl.float32)
+        acc += decode_f32(sm_a, nib, False, ASM) * x_a[None, :]
+        acc += decode_f32(sm_b, nib, True, ASM) * x_b[None, :]
+    y = tl.sum(acc, axis=1) * scale
+    tl.store(out_ptr + offs_n, y.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
 def read_kernel(src_ptr, out_ptr, n_vec, PER_PROG: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * PER_PROG + tl.arange(0, BLOCK)
@@ -108,6 +134,39 @@ def blocked_copy(packed, block_n: int, block_k: int) -> torch.Tensor:
             .contiguous().view(-1))
 
 
+def layout_rows(row, x, packed, ncop, n, k, k2, timed, dev) -> None:
+    """The same unmasked, escape-free decode loop over row-major and blocked planes, and the
+    product GEMV (with and without escapes) at the same tile shapes."""
+    from specpilot.kernels.w12.triton import window_scale
+    from specpilot.kernels.w12_gemm.triton import w12_gemm
+
+    copies = [packed] + [packed.clone() for _ in range(ncop - 1)]
+    empty = packed.esc_col[:0]
+    noesc = [dataclasses.replace(p, row_ptr=torch.zeros_like(p.row_ptr), esc_col=empty,
+                                 esc_bits=p.esc_bits[:0], esc_delta=p.esc_delta[:0])
+             for p in copies]
+    scale = window_scale(packed.base)
+    y = torch.empty((1, n), device=dev, dtype=torch.bfloat16)
+    for bn, bk, nw, ks in ((4, 512, 2, 1), (4, 512, 2, 3), (8, 256, 4, 1), (8, 512, 4, 1)):
+        tag = f"{bn}x{bk}w{nw}s{ks}"
+        row[f"rowmajor_{tag}_us"] = timed([lambda p=p: rowmajor_kernel[(n // bn,)](
+            x, p.sm, p.nib, y, n, k, k2, scale, BLOCK_N=bn, BLOCK_K=bk, K_STAGES=ks,
+            num_warps=nw) for p in copies])
+        blk = [blocked_copy(p, bn, bk) for p in copies]
+        row[f"blocked_{tag}_us"] = timed([lambda b=b: blocked_kernel[(n // bn,)](
+            x, b, y, n, k, k2, scale, BLOCK_N=bn, BLOCK_K=bk, K_STAGES=ks, DECODE=1,
+            num_warps=nw) for b in blk])
+        del blk
+        cfg = {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": nw,
+               "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 4, "K_STAGES": ks,
+               "ESC_EARLY": 1}
+        for name, planes in (("product", copies), ("product_noesc", noesc)):
+            for early in (0, 1):
+                c = {**cfg, "ESC_EARLY": early, "ESC_CHUNK": 4 if early else 1}
+                row[f"{name}_early{early}_{tag}_us"] = timed(
+                    [lambda p=p, c=c: w12_gemm(x, p, config=c) for p in planes])
+
+
 def main(argv=None) -> None:
     from specpilot.fingerprint import current
     from specpilot.kernels import w12
@@ -124,6 +183,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--layout-only", action="store_true",
+                        help="only the W12 GEMV over row-major vs blocked planes, same loop")
     args = parser.parse_args(argv)
     dev = torch.device("cuda")
     result = {"fingerprint": current("cuda").to_dict(), "rows": []}
@@ -144,6 +205,12 @@ def main(argv=None) -> None:
         floor_us = packed.nbytes / 4.58e6
         row["w12_floor_us"] = floor_us
 
+        if args.layout_only:
+            layout_rows(row, x, packed, ncop, n, k, k2, timed, dev)
+            print(json.dumps({kk: (round(vv, 2) if isinstance(vv, float) else vv)
+                              for kk, vv in row.items()}), flush=True)
+            result["rows"].append(row)
+            continue
         # bf16 Triton GEMV: best GEMV of the SWEEP, on the weight and on a same-bytes weight.
         ws = [w] + [w.clone() for _ in range(num_copies_for(w.numel() * 2) - 1)]
         k_same = 3 * k // 4
