@@ -126,9 +126,16 @@ def read_kernel(src_ptr, out_ptr, n_vec, PER_PROG: tl.constexpr, BLOCK: tl.const
     tl.store(out_ptr + pid, tl.max(acc, axis=0))
 
 
+def row_major(packed):
+    """The logical ``(sm, nib)`` planes as row-major tensors (how the product stored them before
+    the blocked layout)."""
+    return packed.row_major()
+
+
 def blocked_copy(packed, block_n: int, block_k: int) -> torch.Tensor:
     n, k2 = packed.shape[0], packed.k_half
-    planes = torch.stack([packed.nib, packed.sm[:, :k2], packed.sm[:, k2:]])  # [3, N, K2]
+    sm, nib = row_major(packed)
+    planes = torch.stack([nib, sm[:, :k2], sm[:, k2:]])  # [3, N, K2]
     s = k2 // block_k
     return (planes.view(3, n // block_n, block_n, s, block_k).permute(1, 3, 0, 2, 4)
             .contiguous().view(-1))
@@ -146,12 +153,13 @@ def layout_rows(row, x, packed, ncop, n, k, k2, timed, dev) -> None:
                                  esc_bits=p.esc_bits[:0], esc_delta=p.esc_delta[:0])
              for p in copies]
     scale = window_scale(packed.base)
+    planes_rm = [row_major(p) for p in copies]
     y = torch.empty((1, n), device=dev, dtype=torch.bfloat16)
     for bn, bk, nw, ks in ((4, 512, 2, 1), (4, 512, 2, 3), (8, 256, 4, 1), (8, 512, 4, 1)):
         tag = f"{bn}x{bk}w{nw}s{ks}"
         row[f"rowmajor_{tag}_us"] = timed([lambda p=p: rowmajor_kernel[(n // bn,)](
-            x, p.sm, p.nib, y, n, k, k2, scale, BLOCK_N=bn, BLOCK_K=bk, K_STAGES=ks,
-            num_warps=nw) for p in copies])
+            x, *p, y, n, k, k2, scale, BLOCK_N=bn, BLOCK_K=bk, K_STAGES=ks,
+            num_warps=nw) for p in planes_rm])
         blk = [blocked_copy(p, bn, bk) for p in copies]
         row[f"blocked_{tag}_us"] = timed([lambda b=b: blocked_kernel[(n // bn,)](
             x, b, y, n, k, k2, scale, BLOCK_N=bn, BLOCK_K=bk, K_STAGES=ks, DECODE=1,
@@ -254,11 +262,12 @@ def main(argv=None) -> None:
         ref_noesc = w12_gemm(x, noesc[0], config=w12_cfg).float()
 
         out = torch.empty(n, device=dev, dtype=torch.float32)
+        planes_rm = [row_major(p) for p in copies]
         for bn, bk, nw, ks in ((8, 256, 4, 1), (8, 256, 4, 3), (16, 256, 4, 1)):
             row[f"bytes_rowmajor_{bn}x{bk}w{nw}s{ks}_us"] = timed(
                 [lambda p=p, a=(bn, bk, nw, ks): bytes_rowmajor_kernel[(n // a[0],)](
-                    p.sm, p.nib, out, n, k2, BLOCK_N=a[0], BLOCK_K=a[1], K_STAGES=a[3],
-                    num_warps=a[2]) for p in copies])
+                    *p, out, n, k2, BLOCK_N=a[0], BLOCK_K=a[1], K_STAGES=a[3],
+                    num_warps=a[2]) for p in planes_rm])
 
         scale = window_scale(packed.base)
         for bn, bk, nw, ks in BLOCKED:
@@ -279,14 +288,14 @@ def main(argv=None) -> None:
                     [lambda b=b: launch(b) for b in blk])
             del blk
 
-        flat = torch.cat([packed.sm.view(-1), packed.nib.view(-1)])
+        flat = packed.planes.view(-1)
         vec = flat[: flat.numel() // 4 * 4].view(torch.int32)
         flats = [vec] + [vec.clone() for _ in range(ncop - 1)]
         red = torch.empty(1 << 20, device=dev, dtype=torch.int32)
         per = 16384
         row["read_us"] = timed([lambda v=v: read_kernel[(triton.cdiv(v.numel(), per),)](
             v, red, v.numel(), PER_PROG=per, BLOCK=1024, num_warps=4) for v in flats])
-        del flats, copies, noesc
+        del flats, copies, noesc, planes_rm
         torch.cuda.empty_cache()
         print(json.dumps({kk: (round(vv, 2) if isinstance(vv, float) else vv)
                           for kk, vv in row.items()}), flush=True)

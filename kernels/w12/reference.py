@@ -9,6 +9,7 @@ import math
 import torch
 
 from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.format import block_planes
 
 WINDOW = 16
 CHUNK = 1 << 24
@@ -99,16 +100,17 @@ def w12_pack_ref(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
         code[:, :k] = (((bits >> 7) & 0xFF) - base).clamp(0, WINDOW - 1)
         sm[rows, :k] = (((bits >> 8) & 0x80) | (bits & 0x7F)).to(torch.uint8)
         nib[rows] = (code[:, :k2] | (code[:, k2:] << 4)).to(torch.uint8)
-    return W12Tensor(w.shape, base, sm, nib, *escapes(w2, base))
+    return W12Tensor(w.shape, base, block_planes(sm, nib), *escapes(w2, base))
 
 
 def w12_unpack_ref(packed: W12Tensor, config: dict | None = None) -> torch.Tensor:
     """The bf16 tensor ``packed`` encodes, bit for bit (``config`` is ignored)."""
     r, k = packed.rows, packed.cols
     out = torch.zeros((r, k), dtype=torch.int32, device=packed.device)
+    sm_all, nib_all = packed.row_major()
     for rows in row_chunks(r, k):
-        sm = packed.sm[rows].to(torch.int32)
-        nib = packed.nib[rows].to(torch.int32)
+        sm = sm_all[rows].to(torch.int32)
+        nib = nib_all[rows].to(torch.int32)
         code = torch.cat([nib & 0xF, nib >> 4], dim=1)
         bits = ((sm & 0x80) << 8) | ((code + packed.base) << 7) | (sm & 0x7F)
         out[rows] = bits[:, :k]

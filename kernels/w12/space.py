@@ -6,7 +6,7 @@ from specpilot.kernels.common.interpret import interpreting
 
 KEY = ("R", "K")
 
-PARAMS = {"BLOCK_R": [1, 2, 4, 8], "BLOCK_J": [256, 512, 1024, 2048], "num_warps": [4, 8],
+PARAMS = {"BLOCK_R": [1, 2, 4, 8], "BLOCK_J": [128, 256, 512], "num_warps": [4, 8],
           "DECODE": ["int", "prmt"]}
 
 CONFIGS = [dict(zip(PARAMS, values)) for values in itertools.product(*PARAMS.values())]

@@ -29,7 +29,9 @@ import triton.language as tl
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.w12 import reference as ref
 from specpilot.kernels.w12 import space
+from specpilot.kernels.w12.format import BLOCK_ROWS
 from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.format import block_pairs_for
 
 _PRMT_HEAD = "{\n.reg .b32 w12u, w12c, w12s, w12n, w12z;\nmov.b32 w12z, 0;\n"
 
@@ -96,11 +98,30 @@ def w12_decode_bf16(sm, nib, base_shift, HI: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def w12_fwd_kernel_encode(bits_ptr, sm_ptr, nib_ptr, R, K, K2, base, BLOCK_R: tl.constexpr,
-                          BLOCK_J: tl.constexpr):
-    """bf16 bits ``[R, K]`` (int16) -> ``sm [R, 2*K2]`` and ``nib [R, K2]``; grid (R/BR, K2/BJ)."""
+def plane_rows(offs_r, K2, BR: tl.constexpr, BP: tl.constexpr):
+    """int64 offset in ``planes`` of each row's first ``nib`` byte (:mod:`..format`): its block
+    row, then its row inside the block."""
+    r = offs_r.to(tl.int64)
+    blocks_k = (K2 + BP - 1) // BP
+    return (r // BR) * (blocks_k * (3 * BR * BP)) + (r % BR) * BP
+
+
+@triton.jit
+def plane_cols(j0, BR: tl.constexpr, BP: tl.constexpr):
+    """Offset of pair column ``j0`` from a row's :func:`plane_rows` (``j0`` a multiple of a step
+    that divides ``BP``, so the step's columns are contiguous); the ``sm`` halves follow at
+    ``+ BR*BP`` (low) and ``+ 2*BR*BP`` (high)."""
+    return (j0 // BP) * (3 * BR * BP) + j0 % BP
+
+
+@triton.jit
+def w12_fwd_kernel_encode(bits_ptr, planes_ptr, R, K, K2, base, BLOCK_R: tl.constexpr,
+                          BLOCK_J: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr):
+    """bf16 bits ``[R, K]`` (int16) -> blocked ``planes`` (zero-filled by the caller); grid
+    (R/BLOCK_R, K2/BLOCK_J), ``BLOCK_J`` dividing ``BP``."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    j0 = tl.program_id(1) * BLOCK_J
+    offs_j = j0 + tl.arange(0, BLOCK_J)
     r_mask = offs_r[:, None] < R
     j_mask = r_mask & (offs_j[None, :] < K2)
     row = offs_r.to(tl.int64)[:, None]
@@ -113,62 +134,76 @@ def w12_fwd_kernel_encode(bits_ptr, sm_ptr, nib_ptr, R, K, K2, base, BLOCK_R: tl
     code_b = tl.minimum(tl.maximum(((b >> 7) & 0xFF) - base, 0), 15)
     sm_a = ((a >> 8) & 0x80) | (a & 0x7F)
     sm_b = ((b >> 8) & 0x80) | (b & 0x7F)
-    sm_row = sm_ptr + row * (2 * K2)
-    tl.store(sm_row + offs_j[None, :], sm_a.to(tl.uint8), mask=j_mask)
-    tl.store(sm_row + K2 + offs_j[None, :], sm_b.to(tl.uint8), mask=j_mask)
-    nib = (code_a | (code_b << 4)).to(tl.uint8)
-    tl.store(nib_ptr + row * K2 + offs_j[None, :], nib, mask=j_mask)
+    dst = (planes_ptr + plane_rows(offs_r, K2, BR, BP)[:, None] + plane_cols(j0, BR, BP)
+           + tl.arange(0, BLOCK_J)[None, :])
+    tl.store(dst, (code_a | (code_b << 4)).to(tl.uint8), mask=j_mask)
+    tl.store(dst + BR * BP, sm_a.to(tl.uint8), mask=j_mask)
+    tl.store(dst + 2 * BR * BP, sm_b.to(tl.uint8), mask=j_mask)
 
 
 @triton.jit
-def w12_fwd_kernel_decode(sm_ptr, nib_ptr, out_ptr, R, K, K2, base_shift, BLOCK_R: tl.constexpr,
-                          BLOCK_J: tl.constexpr, ASM: tl.constexpr):
-    """``sm``, ``nib`` -> bf16 ``out [R, K]`` (escapes not applied); grid (R/BR, K2/BJ)."""
+def w12_fwd_kernel_decode(planes_ptr, out_ptr, R, K, K2, base_shift, BLOCK_R: tl.constexpr,
+                          BLOCK_J: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
+                          ASM: tl.constexpr):
+    """Blocked ``planes`` -> bf16 ``out [R, K]`` (escapes not applied); grid (R/BLOCK_R,
+    K2/BLOCK_J), ``BLOCK_J`` dividing ``BP``."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    j0 = tl.program_id(1) * BLOCK_J
+    offs_j = j0 + tl.arange(0, BLOCK_J)
     j_mask = (offs_r[:, None] < R) & (offs_j[None, :] < K2)
-    row = offs_r.to(tl.int64)[:, None]
-    sm_row = sm_ptr + row * (2 * K2)
-    nib = tl.load(nib_ptr + row * K2 + offs_j[None, :], mask=j_mask, other=0)
-    sm_a = tl.load(sm_row + offs_j[None, :], mask=j_mask, other=0)
-    sm_b = tl.load(sm_row + K2 + offs_j[None, :], mask=j_mask, other=0)
+    src = (planes_ptr + plane_rows(offs_r, K2, BR, BP)[:, None] + plane_cols(j0, BR, BP)
+           + tl.arange(0, BLOCK_J)[None, :])
+    nib = tl.load(src, mask=j_mask, other=0)
+    sm_a = tl.load(src + BR * BP, mask=j_mask, other=0)
+    sm_b = tl.load(src + 2 * BR * BP, mask=j_mask, other=0)
     w_a = w12_decode_bf16(sm_a, nib, base_shift, False, ASM)
     w_b = w12_decode_bf16(sm_b, nib, base_shift, True, ASM)
-    out_row = out_ptr + row * K
+    out_row = out_ptr + offs_r.to(tl.int64)[:, None] * K
     tl.store(out_row + offs_j[None, :], w_a, mask=j_mask)
     b_col = K2 + offs_j[None, :]
     tl.store(out_row + b_col, w_b, mask=j_mask & (b_col < K))
 
 
+def _checked(config: dict | None, block_pairs: int) -> dict:
+    """``config``, or the default with its pair step cut to ``block_pairs``; validated."""
+    cfg = config or space.default_config()
+    if config is None:
+        cfg = {**cfg, "BLOCK_J": min(cfg["BLOCK_J"], block_pairs)}
+    space.validate(cfg)
+    if block_pairs % cfg["BLOCK_J"]:
+        raise ValueError(f"BLOCK_J={cfg['BLOCK_J']} must divide the planes' {block_pairs}-pair "
+                         "blocks")
+    return cfg
+
+
 def w12_pack(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
     """Pack a bf16 tensor with the Triton encode kernel; same contract as ``w12_pack_ref``."""
-    cfg = config or space.default_config()
-    space.validate(cfg)
     w2 = ref.as_rows(w)
     r, k = w2.shape
     k2 = (k + 1) // 2
+    bp = block_pairs_for(k2)
+    cfg = _checked(config, bp)
     base = ref.choose_base(w2)  # BASE_MIN for an empty tensor
-    sm = torch.empty((r, 2 * k2), dtype=torch.uint8, device=w.device)
-    nib = torch.empty((r, k2), dtype=torch.uint8, device=w.device)
+    planes = torch.zeros((cdiv(r, BLOCK_ROWS), cdiv(k2, bp), 3, BLOCK_ROWS, bp),
+                         dtype=torch.uint8, device=w.device)
     if w2.numel():
         grid = (cdiv(r, cfg["BLOCK_R"]), cdiv(k2, cfg["BLOCK_J"]))
-        w12_fwd_kernel_encode[grid](w2.view(torch.int16), sm, nib, r, k, k2, base,
+        w12_fwd_kernel_encode[grid](w2.view(torch.int16), planes, r, k, k2, base,
                                     BLOCK_R=cfg["BLOCK_R"], BLOCK_J=cfg["BLOCK_J"],
-                                    num_warps=cfg["num_warps"])
-    return W12Tensor(w.shape, base, sm, nib, *ref.escapes(w2, base))
+                                    BR=BLOCK_ROWS, BP=bp, num_warps=cfg["num_warps"])
+    return W12Tensor(w.shape, base, planes, *ref.escapes(w2, base))
 
 
 def w12_unpack(packed: W12Tensor, config: dict | None = None) -> torch.Tensor:
     """Decode with the Triton kernel, then restore escapes; same contract as ``w12_unpack_ref``."""
-    cfg = config or space.default_config()
-    space.validate(cfg)
+    cfg = _checked(config, packed.block_pairs)
     r, k, k2 = packed.rows, packed.cols, packed.k_half
     out = torch.empty((r, k), dtype=torch.bfloat16, device=packed.device)
     if out.numel():
         grid = (cdiv(r, cfg["BLOCK_R"]), cdiv(k2, cfg["BLOCK_J"]))
-        w12_fwd_kernel_decode[grid](packed.sm, packed.nib, out, r, k, k2,
-                                    (packed.base - C0.value) << 7,
+        w12_fwd_kernel_decode[grid](packed.planes, out, r, k, k2, (packed.base - C0.value) << 7,
                                     BLOCK_R=cfg["BLOCK_R"], BLOCK_J=cfg["BLOCK_J"],
+                                    BR=packed.block_rows, BP=packed.block_pairs,
                                     ASM=cfg["DECODE"] == "prmt", num_warps=cfg["num_warps"])
     ref.apply_escape_bits(out.view(torch.int16), packed)
     return out.reshape(packed.shape)

@@ -35,6 +35,7 @@ from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
 from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
+from specpilot.kernels.w12.format import block_pairs_for
 
 __all__ = ["CONFIGS", "KEY", "PARAMS", "SWEEP", "block_t", "default_config", "kernels_for",
            "m_bucket", "validate"]
@@ -178,6 +179,10 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if config["DECODE"] == "prmt" and interpreting():
         raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
     check_launch(config)
+    pairs = block_pairs_for(cdiv(k, 2))
+    if pairs % config["BLOCK_K"]:
+        raise ValueError(f"BLOCK_K={config['BLOCK_K']} pairs does not divide the W12 planes' "
+                         f"{pairs}-pair blocks at K={k}")
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):
@@ -204,8 +209,11 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     """The untuned choice (logged by the launcher when used). It decodes with ``"int"``: the PTX
     decode is chosen only by a tuning run whose results passed the reference check on that GPU."""
     k2 = cdiv(k, 2)
+    pairs = block_pairs_for(k2)
     if m == 1:
-        split = _split_for(cdiv(n, 16), cdiv(k2, 256), num_sms, 4)
-        return _config("gemv", 16, 256, split, 4, 3, "int")
-    split = _split_for(cdiv(n, 32), cdiv(k2, 128), num_sms, 4)
-    return _config("dot", 32, 128, split, 2, 3, "int")
+        step = min(256, pairs)
+        split = _split_for(cdiv(n, 16), cdiv(k2, step), num_sms, 4)
+        return _config("gemv", 16, step, split, 4, 3, "int")
+    step = min(128, pairs)
+    split = _split_for(cdiv(n, 32), cdiv(k2, step), num_sms, 4)
+    return _config("dot", 32, step, split, 2, 3, "int")

@@ -52,6 +52,8 @@ from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.triton import plane_cols
+from specpilot.kernels.w12.triton import plane_rows
 from specpilot.kernels.w12.triton import w12_decode_scaled
 from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm import space
@@ -100,37 +102,42 @@ def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
-               MASKED: tl.constexpr):
-    """One K step's pair columns ``offs_j``, their masks (``j_mask``: inside the split; ``b_mask``:
-    the high half's column inside K, and inside the split when ``MASKED``) and its three equally
-    shaped uint8 tiles: codes, low-half and high-half sign+mantissa (K-masked only when
-    ``MASKED``, the tail step)."""
-    offs_j = j0 + tl.arange(0, BLOCK_K)
-    j_mask = offs_j < j_hi
-    b_mask = K2 + offs_j < K
-    if MASKED:
-        b_mask = b_mask & j_mask
-        mask = n_mask[:, None] & j_mask[None, :]
-    else:
-        mask = n_mask[:, None]
-    nib = tl.load(nib_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    sm_a = tl.load(sm_rows + offs_j[None, :], mask=mask, other=0, eviction_policy="evict_first")
-    sm_b = tl.load(sm_rows + K2 + offs_j[None, :], mask=mask, other=0,
-                   eviction_policy="evict_first")
-    return offs_j, j_mask, b_mask, nib, sm_a, sm_b
+def weight_rows(planes_ptr, offs_n, N, K2, BR: tl.constexpr, BP: tl.constexpr):
+    """``[BN, 1]`` pointers to rows ``offs_n`` in the blocked planes; rows past N read row N - 1
+    (valid memory; their outputs are never stored), so weight loads need no mask."""
+    rows = tl.minimum(offs_n, N - 1)
+    return planes_ptr + plane_rows(rows, K2, BR, BP)[:, None]
 
 
 @triton.jit
-def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: tl.constexpr,
-              ASM: tl.constexpr, MASKED: tl.constexpr):
+def step_tiles(w_rows, j0, BLOCK_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr):
+    """One K step's three ``[BN, BLOCK_K]`` uint8 tiles: codes, low-half and high-half
+    sign+mantissa. Unmasked: rows are clamped (:func:`weight_rows`) and the planes' pair columns
+    are zero-padded to whole blocks, which ``BLOCK_K`` divides."""
+    tile = w_rows + plane_cols(j0, BR, BP) + tl.arange(0, BLOCK_K)[None, :]
+    nib = tl.load(tile, eviction_policy="evict_first")
+    sm_a = tl.load(tile + BR * BP, eviction_policy="evict_first")
+    sm_b = tl.load(tile + 2 * BR * BP, eviction_policy="evict_first")
+    return nib, sm_a, sm_b
+
+
+@triton.jit
+def x_masks(j0, j_hi, K, K2, BLOCK_K: tl.constexpr):
+    """``(offs_j, a_mask, b_mask)``: the step's pair columns, and which of them are activations
+    of this split (below ``j_hi``) and of the tensor (low half below K2, high half below K). The
+    weights past them are padding or another split's: x is 0 there."""
+    offs_j = j0 + tl.arange(0, BLOCK_K)
+    inside = offs_j < j_hi
+    return offs_j, inside & (offs_j < K2), inside & (K2 + offs_j < K)
+
+
+@triton.jit
+def gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K: tl.constexpr, BR: tl.constexpr,
+              BP: tl.constexpr, ASM: tl.constexpr):
     """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
-    offs_j, j_mask, b_mask, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2,
-                                                         n_mask, BLOCK_K, MASKED)
-    if MASKED:
-        x_a = tl.load(x_ptr + offs_j, mask=j_mask, other=0.0, eviction_policy="evict_last")
-    else:
-        x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last")
+    nib, sm_a, sm_b = step_tiles(w_rows, j0, BLOCK_K, BR, BP)
+    offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
+    x_a = tl.load(x_ptr + offs_j, mask=a_mask, other=0.0, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
     acc += decode_f32(sm_a, nib, False, ASM) * x_a.to(tl.float32)[None, :]
     acc += decode_f32(sm_b, nib, True, ASM) * x_b.to(tl.float32)[None, :]
@@ -138,18 +145,20 @@ def gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K: t
 
 
 @triton.jit(do_not_specialize=["M"])
-def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                              ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
+                             BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr,
+                             ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
                              ESC_EARLY: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``. Only
-    split 0 applies escapes.
+    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``. Split
+    s covers pair columns ``[s*k_per_split, ...)`` up to K2 rounded up to a whole step; only split
+    0 applies escapes.
 
-    ``ESC_EARLY``: the escapes do not wait at the end. The rows' escape ranges load at the
-    start, the first ``ESC_CHUNK`` escapes of each row (``esc_col``, ``esc_delta``) after the first
-    K step and their x values after the second, each under the next step's weight loads (the two
-    steps are peeled off the loop, masked, so a split of any length is right); only rows with more
+    ``ESC_EARLY`` (the launcher sets it only where every split has two steps or more): the
+    escapes do not wait at the end. The rows' escape ranges load at the start, the first
+    ``ESC_CHUNK`` escapes of each row (``esc_col``, ``esc_delta``) after the first K step and their
+    x values after the second, each under the next step's weight loads; only rows with more
     escapes go on in the epilogue (:func:`apply_escapes`). Otherwise the epilogue loads and walks
     them all.
 
@@ -160,33 +169,23 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    row = offs_n.to(tl.int64)[:, None]
-    sm_rows = sm_ptr + row * (2 * K2)
-    nib_rows = nib_ptr + row * K2
+    w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
     j_lo = pid_k * k_per_split
-    j_hi = tl.minimum(j_lo + k_per_split, K2)
+    j_hi = tl.minimum(j_lo + k_per_split, tl.cdiv(K2, BLOCK_K) * BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     j_rest = j_lo
     if ESC_EARLY:
         start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_lo, j_hi, K, K2, n_mask, BLOCK_K, ASM,
-                        True)
+        acc = gemv_step(acc, x_ptr, w_rows, j_lo, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
         slot = tl.arange(0, ESC_CHUNK)[None, :]
         has = slot < count[:, None]  # [BLOCK_N, ESC_CHUNK]
         col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
         delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_lo + BLOCK_K, j_hi, K, K2, n_mask,
-                        BLOCK_K, ASM, True)
+        acc = gemv_step(acc, x_ptr, w_rows, j_lo + BLOCK_K, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
         x_esc = tl.load(x_ptr + col, mask=has, other=0.0)
         j_rest = j_lo + 2 * BLOCK_K
-    # Whole BLOCK_K steps unmasked along K (vector loads), then at most one masked tail step.
-    j_full = tl.maximum(j_rest, j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K)
-    for j0 in tl.range(j_rest, j_full, BLOCK_K, num_stages=K_STAGES):
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, BLOCK_K, ASM,
-                        False)
-    if j_full < j_hi:
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, BLOCK_K,
-                        ASM, True)
+    for j0 in tl.range(j_rest, j_hi, BLOCK_K, num_stages=K_STAGES):
+        acc = gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
     y = tl.sum(acc, axis=1) * scale  # [BLOCK_N]
     if ESC_EARLY:
         y += tl.sum(x_esc.to(tl.float32) * delta, axis=1)
@@ -201,24 +200,19 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_d
 
 
 @triton.jit
-def gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K, K2, scale,
+def gemv_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K, K2, scale,
                  tile, s_lo, s_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 ASM: tl.constexpr, ESC_CHUNK: tl.constexpr):
+                 BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr,
+                 ESC_CHUNK: tl.constexpr):
     """``(offs_n, y [1, BLOCK_N])``: K steps ``[s_lo, s_hi)`` of ``tile``'s GEMV, scaled, with the
     tile's escapes added when the segment starts at K step 0."""
-    steps_full = K2 // BLOCK_K
     offs_n = (tile * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     n_mask = offs_n < N
-    row = offs_n[:, None]
-    sm_rows = sm_ptr + row * (2 * K2)
-    nib_rows = nib_ptr + row * K2
+    w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
+    j_hi = tl.cdiv(K2, BLOCK_K) * BLOCK_K
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for s in range(s_lo, tl.minimum(s_hi, steps_full)):
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, s * BLOCK_K, K2, K, K2, n_mask, BLOCK_K,
-                        ASM, False)
-    if s_hi > steps_full:  # the masked tail step (K2 not a multiple of BLOCK_K)
-        acc = gemv_step(acc, x_ptr, sm_rows, nib_rows, steps_full * BLOCK_K, K2, K, K2, n_mask,
-                        BLOCK_K, ASM, True)
+    for s in range(s_lo, s_hi):
+        acc = gemv_step(acc, x_ptr, w_rows, s * BLOCK_K, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
     y = tl.sum(acc, axis=1)[None, :] * scale  # [1, BLOCK_N]
     if s_lo == 0:
         start, count = escape_rows(row_ptr, offs_n, n_mask)
@@ -228,10 +222,11 @@ def gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
 
 
 @triton.jit(do_not_specialize=["M"])
-def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
-                                out_ptr, ws_ptr, lock_ptr, M, N, K, K2, scale, steps, dp_tiles,
-                                units, per, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
+def w12_gemm_fwd_kernel_gemv_sk(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+                                ws_ptr, lock_ptr, M, N, K, K2, scale, steps, dp_tiles, units, per,
+                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BR: tl.constexpr,
+                                BP: tl.constexpr, ASM: tl.constexpr, ESC_CHUNK: tl.constexpr,
+                                PDL: tl.constexpr):
     """M == 1, data-parallel rounds then stream-K (:mod:`specpilot.kernels.common.streamk`):
     grid (P,); program p takes whole tiles p, p + P, ... below ``dp_tiles``, then K-step units
     ``[p*per, (p+1)*per)`` of the ``units`` of the remaining tiles. ``PDL``: launched as a
@@ -241,16 +236,17 @@ def w12_gemm_fwd_kernel_gemv_sk(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, es
     if PDL:
         gdc_wait()
     for tile in range(p, dp_tiles, tl.num_programs(0)):
-        offs_n, y = gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
-                                 N, K, K2, scale, tile, 0, steps, BLOCK_N, BLOCK_K, ASM, ESC_CHUNK)
+        offs_n, y = gemv_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K,
+                                 K2, scale, tile, 0, steps, BLOCK_N, BLOCK_K, BR, BP, ASM,
+                                 ESC_CHUNK)
         store_row(y, out_ptr, offs_n, N)
     u_lo, u_hi, tile, s_lo = streamk_range(p, per, units, steps)  # tile: from dp_tiles on
     u = u_lo
     while u < u_hi:
         s_hi = tl.minimum(steps, s_lo + (u_hi - u))
-        offs_n, y = gemv_segment(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M,
-                                 N, K, K2, scale, dp_tiles + tile, s_lo, s_hi, BLOCK_N, BLOCK_K,
-                                 ASM, ESC_CHUNK)
+        offs_n, y = gemv_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K,
+                                 K2, scale, dp_tiles + tile, s_lo, s_hi, BLOCK_N, BLOCK_K, BR,
+                                 BP, ASM, ESC_CHUNK)
         store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
                       per, steps, BLOCK_N)
         u += s_hi - s_lo
@@ -270,17 +266,12 @@ def dot_w(w, x_t, acc, X_F32: tl.constexpr):
 
 
 @triton.jit
-def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
-             BLOCK_K: tl.constexpr, ASM: tl.constexpr, MASKED: tl.constexpr,
-             X_F32: tl.constexpr):
+def dot_step(acc, x_cols, w_rows, j0, j_hi, K, K2, t_mask, BLOCK_K: tl.constexpr,
+             BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
     """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
-    offs_j, j_mask, b_mask, nib, sm_a, sm_b = step_tiles(sm_rows, nib_rows, j0, j_hi, K, K2,
-                                                         n_mask, BLOCK_K, MASKED)
-    if MASKED:
-        xa_mask = j_mask[:, None] & t_mask[None, :]
-    else:
-        xa_mask = t_mask[None, :]
-    xa_t = tl.load(x_cols + offs_j[:, None], mask=xa_mask, other=0.0,
+    nib, sm_a, sm_b = step_tiles(w_rows, j0, BLOCK_K, BR, BP)
+    offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
+    xa_t = tl.load(x_cols + offs_j[:, None], mask=a_mask[:, None] & t_mask[None, :], other=0.0,
                    eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
     xb_t = tl.load(x_cols + K2 + offs_j[:, None], mask=b_mask[:, None] & t_mask[None, :],
                    other=0.0, eviction_policy="evict_last")
@@ -290,11 +281,11 @@ def dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask,
 
 
 @triton.jit(do_not_specialize=["M"])
-def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
                             ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                            SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
-                            ESC_CHUNK: tl.constexpr):
+                            SPLIT_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
+                            ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
@@ -307,26 +298,26 @@ def w12_gemm_fwd_kernel_dot(x_ptr, sm_ptr, nib_ptr, row_ptr, esc_col_ptr, esc_de
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     n_mask = offs_n < N
     t_mask = offs_t < M
-    row = offs_n.to(tl.int64)[:, None]
-    sm_rows = sm_ptr + row * (2 * K2)
-    nib_rows = nib_ptr + row * K2
+    w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
     x_cols = x_ptr + offs_t[None, :] * stride_xm
     j_lo = pid_k * k_per_split
-    j_hi = tl.minimum(j_lo + k_per_split, K2)
-    j_full = j_lo + (j_hi - j_lo) // BLOCK_K * BLOCK_K
+    j_hi = tl.minimum(j_lo + k_per_split, tl.cdiv(K2, BLOCK_K) * BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for j0 in range(j_lo, j_full, BLOCK_K):
-        acc = dot_step(acc, x_cols, sm_rows, nib_rows, j0, j_hi, K, K2, n_mask, t_mask, BLOCK_K,
-                       ASM, False, X_F32)
-    if j_full < j_hi:
-        acc = dot_step(acc, x_cols, sm_rows, nib_rows, j_full, j_hi, K, K2, n_mask, t_mask,
-                       BLOCK_K, ASM, True, X_F32)
+    for j0 in range(j_lo, j_hi, BLOCK_K):
+        acc = dot_step(acc, x_cols, w_rows, j0, j_hi, K, K2, t_mask, BLOCK_K, BR, BP, ASM, X_F32)
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
     out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
                           esc_delta_ptr, ESC_CHUNK)  # count is 0 outside split 0
     tile_id = pid_t * tl.num_programs(0) + pid_n
     store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
+
+
+def esc_early(cfg: dict, plan, k2: int) -> bool:
+    """The GEMV's ``ESC_EARLY``: as configured, where every split has the two K steps it peels."""
+    step = cfg["BLOCK_K"]
+    last = -(-k2 // step) * step - (plan.splits - 1) * plan.k_per_split
+    return bool(cfg["ESC_EARLY"]) and min(plan.k_per_split, last) >= 2 * step
 
 
 def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None = None,
@@ -363,13 +354,16 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     if x_f32 and config is None:  # float32 x doubles the x tiles: half the stages, half the K step
         config = space.default_config(m, n, k, num_sms(x.device))
         if config["kernel"] == "dot":
-            config = {**config, "BLOCK_K": 64, "num_stages": 2}
+            config = {**config, "BLOCK_K": min(64, config["BLOCK_K"]), "num_stages": 2}
     plan = plan_skinny("w12_gemm", config, m, n, k, k2, x.device, space)
     cfg = plan.cfg
-    planes = (packed.sm, packed.nib, packed.row_ptr, packed.esc_col, packed.esc_delta)
-    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
-            "ASM": cfg["DECODE"] == "prmt", "ESC_CHUNK": cfg["ESC_CHUNK"],
-            "num_warps": cfg["num_warps"],
+    if packed.block_pairs % cfg["BLOCK_K"]:
+        raise ValueError(f"BLOCK_K={cfg['BLOCK_K']} pairs must divide the W12 planes' "
+                         f"{packed.block_pairs}-pair blocks")
+    planes = (packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta)
+    meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "BR": packed.block_rows,
+            "BP": packed.block_pairs, "ASM": cfg["DECODE"] == "prmt",
+            "ESC_CHUNK": cfg["ESC_CHUNK"], "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}
     scale = window_scale(packed.base)
     if cfg["kernel"] == "gemv_sk":
@@ -380,7 +374,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            K_STAGES=cfg["K_STAGES"], ESC_EARLY=bool(cfg["ESC_EARLY"]), **meta)
+            K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), **meta)
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,

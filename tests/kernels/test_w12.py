@@ -8,6 +8,7 @@ import torch
 
 from specpilot.kernels import w12
 from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.format import block_pairs_for
 from specpilot.kernels.w12.reference import w12_pack_ref
 from specpilot.kernels.w12.reference import w12_unpack_ref
 from specpilot.kernels.w12.triton import w12_pack
@@ -95,7 +96,7 @@ def test_round_trip(dist, shape):
     assert _bits_equal(w12_unpack(packed, config=SMALL), w)
     tri = w12_pack(w, config=SMALL)
     assert tri.base == packed.base
-    for name in ("sm", "nib", "row_ptr", "esc_col", "esc_bits"):
+    for name in ("planes", "row_ptr", "esc_col", "esc_bits"):
         assert torch.equal(getattr(tri, name), getattr(packed, name)), name
     assert torch.equal(tri.esc_delta.view(torch.int32), packed.esc_delta.view(torch.int32))
 
@@ -125,6 +126,7 @@ def test_window_and_escapes():
     for base in range(241):  # no other window covers more weights
         assert int(((exp >= base) & (exp <= base + 15)).sum()) <= int(inside.sum())
     assert packed.escape_rate < 1e-3
+    assert packed.planes.shape == (16, 1, 3, 4, 128)  # 64 rows in blocks of 4, one 128-pair block
     assert packed.nbytes == 64 * 256 * 3 // 2 + 4 * 65 + 10 * packed.num_escapes
     assert w12.pack(high_escape((32, 64)).to(torch.bfloat16)).escape_rate > 0.5
 
@@ -135,13 +137,37 @@ def test_state_dict_round_trip_and_corruption():
     state = packed.state_dict("layer.0.")
     again = W12Tensor.from_state_dict(state, "layer.0.")
     assert _bits_equal(again.unpack(), w)
-    state["layer.0.nib"] = state["layer.0.nib"][:, :-1]
-    with pytest.raises(ValueError, match="nib"):
-        W12Tensor.from_state_dict(state, "layer.0.")
+    bad = {**state, "layer.0.planes": state["layer.0.planes"][:, :, :, :, :-1]}
+    with pytest.raises(ValueError, match="planes"):
+        W12Tensor.from_state_dict(bad, "layer.0.")
+    old = {k: v for k, v in state.items() if not k.endswith("planes")}
+    old["layer.0.sm"], old["layer.0.nib"] = packed.row_major()
+    with pytest.raises(ValueError, match="before the blocked layout"):
+        W12Tensor.from_state_dict(old, "layer.0.")
 
 
-@pytest.mark.parametrize("max_weights, num_blocks", [(67 * 10, 5), (67 * 45, 1), (1, 45)],
-                         ids=["blocks5", "whole", "row-per-block"])
+def test_blocked_layout():
+    """Block (i, b) of ``planes`` holds the [BR, BP] tiles of rows i*BR.. and pair columns b*BP..
+    of nib, the low sm half and the high sm half, zero past the tensor; row_major() inverts it."""
+    w = normal((9, 1031), 4).to(torch.bfloat16)  # K2 = 516: two pair blocks, 9 rows: three
+    packed = w12_pack_ref(w)
+    sm, nib = packed.row_major()
+    assert sm.shape == (9, 1032) and nib.shape == (9, 516)
+    p = packed.planes
+    assert p.shape == (3, 2, 3, 4, 512)
+    assert [block_pairs_for(k2) for k2 in (2560, 3328, 8704, 9984, 516, 96, 1)] == [
+        512, 256, 512, 256, 512, 128, 16]
+    assert torch.equal(p[1, 1, 0, 0, :4], nib[4, 512:516])
+    assert torch.equal(p[2, 0, 1, 0], sm[8, :512])
+    assert torch.equal(p[0, 1, 2, 3, :4], sm[3, 516 + 512:])
+    assert not p[2, :, :, 1:].any() and not p[:, 1, :, :, 4:].any()  # padding rows and pairs
+    bits = w.view(torch.int16).to(torch.int32) & 0xFFFF
+    assert torch.equal(sm[:, :1031].to(torch.int32), ((bits >> 8) & 0x80) | (bits & 0x7F))
+
+
+# Cuts fall on the planes' 4-row blocks: 10 rows -> 8 per block, 1 -> 4.
+@pytest.mark.parametrize("max_weights, num_blocks", [(67 * 10, 6), (67 * 45, 1), (1, 12)],
+                         ids=["blocks6", "whole", "one-plane-block-each"])
 def test_row_blocks(max_weights, num_blocks):
     w = high_escape((45, 67)).to(torch.bfloat16)  # escapes in every row
     packed = w12.pack(w)
