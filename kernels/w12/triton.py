@@ -111,7 +111,7 @@ def plane_cols(j0, BR: tl.constexpr, BP: tl.constexpr):
     """Offset of pair column ``j0`` from a row's :func:`plane_rows` (``j0`` a multiple of a step
     that divides ``BP``, so the step's columns are contiguous); the ``sm`` halves follow at
     ``+ BR*BP`` (low) and ``+ 2*BR*BP`` (high)."""
-    return (j0 // BP) * (3 * BR * BP) + j0 % BP
+    return (j0 // BP) * (3 * BR * BP - BP) + j0  # = (j0 // BP) * 3*BR*BP + j0 % BP
 
 
 @triton.jit
