@@ -18,7 +18,7 @@ the high half ``sm[:, K2:]``; rows and pair columns past the tensor are zero pad
 ``BR`` rows and ``BP`` pairs then reads one contiguous run of ``3*BR*BP`` bytes, where row-major
 planes give it ``3*BR`` runs of ``BP``: measured on the H200 with the same unmasked decode loop,
 gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4 x 512
-(``experiments/results/h200-2026-11-30-w12-anatomy.json``). Any K step of ``BLOCK_K`` pairs
+(``experiments/results/h200-2026-11-30-w12-anatomy-layout.json``). Any K step of ``BLOCK_K`` pairs
 dividing ``BP`` is contiguous per row (:func:`plane_offsets`).
 
 - ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers

@@ -136,7 +136,7 @@ SWEEP = [
     _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=8, esc_early=1),
     _config("gemv", 4, 256, 1, 1, 3, "prmt", esc_chunk=4, esc_early=1),
     # Around the blocked layout's winners (4 x 512, 2 warps; c4f1933 sweep in
-    # results/h200-2026-11-30-w12-kernels-run11.json): pipeline depth with and without ESC_EARLY.
+    # results/h200-2026-11-30-w12-kernels-run12.json): pipeline depth with and without ESC_EARLY.
     _config("gemv", 4, 512, 1, 2, 3, "prmt", k_stages=3),
     _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, k_stages=2, esc_early=1),
     _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
