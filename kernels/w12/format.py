@@ -11,15 +11,16 @@ dims), in two logical planes (``K2 = ceil(K / 2)``):
   interleave: one tile from the low nibbles, one from the high. If K is odd the last ``sm`` column
   is padding (decodes to a finite value; kernels mask its activation).
 
-Stored blocked (``planes``, uint8 ``[ceil(R/BR), ceil(K2/BP), 3, BR, BP]``; ``BR`` = 4 rows, ``BP``
-up to 512 pair columns, :func:`block_pairs_for`): block ``(i, b)`` holds, one after the other, the ``[BR, BP]`` tiles of
-rows ``i*BR ...`` and pair columns ``b*BP ...`` of ``nib``, of the low half ``sm[:, :K2]`` and of
-the high half ``sm[:, K2:]``; rows and pair columns past the tensor are zero padding. A GEMV step of
-``BR`` rows and ``BP`` pairs then reads one contiguous run of ``3*BR*BP`` bytes, where row-major
-planes give it ``3*BR`` runs of ``BP``: measured on the H200 with the same unmasked decode loop,
-gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4 x 512
-(``experiments/results/h200-2026-11-30-w12-anatomy-layout.json``). Any K step of ``BLOCK_K`` pairs
-dividing ``BP`` is contiguous per row (:func:`plane_offsets`).
+Stored blocked (``planes``, uint8 ``[ceil(R/BR), ceil(K2/BP), 3, BR, BP]``; ``BR`` = 4 rows,
+``BP`` up to 512 pair columns, :func:`block_pairs_for`): block ``(i, b)`` holds, one after the
+other, the ``[BR, BP]`` tiles of rows ``i*BR ...`` and pair columns ``b*BP ...`` of ``nib``, of the
+low half ``sm[:, :K2]`` and of the high half ``sm[:, K2:]``; rows and pair columns past the tensor
+are zero padding. A GEMV step of ``BR`` rows and ``BP`` pairs then reads one contiguous run of
+``3*BR*BP`` bytes, where row-major planes give it ``3*BR`` runs of ``BP``: measured on the H200 with
+the same unmasked decode loop, gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4 x 512
+(``experiments/results/h200-2026-11-30-w12-anatomy-layout.json``). A K step of ``BLOCK_K`` pairs
+dividing ``BP`` is contiguous in each row (``plane_rows`` and ``plane_cols`` in
+:mod:`specpilot.kernels.w12.triton` give the offsets).
 
 - ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers
   the most weights (lowest such base on ties; ``1 <= base <= 239``, so exponents 0 and 255 -- zeros,

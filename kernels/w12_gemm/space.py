@@ -4,9 +4,12 @@ Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decod
 "prmt": inline-PTX decode of 4 weights per call, GPU only), ``ESC_CHUNK`` (escapes applied per row
 in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
 measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
-costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed; the
-GEMV fetches each row's first chunk under its first K steps instead, so there it is the number of
-escapes per row that cost the tail nothing: results/h200-2026-11-30-w12-anatomy.json).
+costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed).
+``ESC_EARLY`` (GEMV, 1: on) fetches each row's first ``ESC_CHUNK`` escapes and their x values under
+the first two K steps, so only rows with more escapes wait at the program's tail. On the H200 the
+escape epilogue costs ~1 us per call (results/h200-2026-11-30-w12-anatomy.json); ESC_EARLY won
+down_proj and out_proj in run 10 and gate_up in run 12, and lost elsewhere
+(results/h200-2026-11-30-w12-kernels-run{10,12}.json), so the sweep decides.
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)

@@ -1,14 +1,17 @@
 """Triton W12 skinny GEMM: ``out [M, N] = x [M, K] @ W^T`` with W decoded in registers.
 
-The weight is never materialised in bf16: each K step loads three equally shaped uint8 tiles,
-``sm[:, j:j+BK]``, ``sm[:, K2+j:K2+j+BK]`` and ``nib[:, j:j+BK]`` (see
-:mod:`specpilot.kernels.w12.format`), decodes the low-nibble half and the high-nibble half with
-integer ops, and multiplies each with its own slice of x (``x[:, j:j+BK]`` and
+The weight is never materialised in bf16: each K step loads three equally shaped uint8 tiles of
+the blocked planes (:mod:`specpilot.kernels.w12.format`), the logical ``nib[:, j:j+BK]``,
+``sm[:, j:j+BK]`` and ``sm[:, K2+j:K2+j+BK]``, decodes the low-nibble half and the high-nibble half
+with integer ops, and multiplies each with its own slice of x (``x[:, j:j+BK]`` and
 ``x[:, K2+j:K2+j+BK]``).
 
 Both decode without the exponent base and scale their fp32 sums by ``2^(base - C0)`` once
-(:func:`specpilot.kernels.w12.triton.w12_decode_scaled`), and both run whole ``BLOCK_K`` steps
-without a K mask (16-byte loads; ``cp.async`` when pipelined) plus one masked tail step.
+(:func:`specpilot.kernels.w12.triton.w12_decode_scaled`). Their weight loads have no mask (16-byte
+vectors; ``cp.async`` when pipelined; ``tests/kernels/test_codegen.py`` checks the sm_90 code):
+rows past N read row N - 1, whose outputs are never stored, and K steps run to K2 rounded up to a
+whole step, inside the planes' zero-padded pair blocks (``BLOCK_K`` divides ``BP``). Only the x
+loads are masked, so padding and another split's columns multiply zeros.
 
 - ``w12_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV, decode to fp32.
 - ``w12_gemm_fwd_kernel_dot`` (any M): swap-AB; the decoded ``[BLOCK_N, BLOCK_K]`` bf16 tile is the
