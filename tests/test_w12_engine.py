@@ -141,8 +141,8 @@ def test_views_share_weights_and_are_cached(bf16_models):
     assert ours.keys() == theirs.keys() and all(ours[k] is theirs[k] for k in ours)
     num_weights = sum(view.get_submodule(n).weight.numel() for n in packed)
     num_bytes = sum(m._w12_weights["target", n].nbytes for n in packed)
-    # 1.5 B per weight plus escapes; the tiny model's down_proj (K2 = 432) pads to 512 pairs
-    assert 1.5 * num_weights <= num_bytes < 1.65 * num_weights
+    # 1.5 B per weight plus escapes; the tiny model's down_proj (K2 = 432) pads to 448 pairs
+    assert 1.5 * num_weights <= num_bytes < 1.6 * num_weights
 
     before = dict(m._w12_weights)
     everything = m.engine(STOCK.replace(name="c", w12=ALL))

@@ -47,14 +47,14 @@ BLOCK_PAIRS = 512
 
 
 def block_pairs_for(k2: int) -> int:
-    """BP for ``K2`` pair columns: the largest power of two dividing K2, at most
-    :data:`BLOCK_PAIRS` (no padding: 512 for Qwen3.8-27B's K2 = 2560, 3072, 8704; 256 for
-    Muse-Glimmer-30B's 3328 and 9984); if that is below 64 (small or odd K), K2 rounded up to a
-    power of two in [16, :data:`BLOCK_PAIRS`] (padded)."""
-    divisor = k2 & -k2 if k2 > 0 else BLOCK_PAIRS
-    if divisor >= 64:
-        return min(divisor, BLOCK_PAIRS)
-    return min(BLOCK_PAIRS, 1 << max(4, (k2 - 1).bit_length()))  # >= 16: tl.dot's minimum
+    """BP for ``K2`` pair columns: the power of two in [64, :data:`BLOCK_PAIRS`] that pads K2 least
+    (the largest on ties: 512 for Qwen3.8-27B's K2 = 2560, 3072, 8704; 256 for Muse-Glimmer-30B's
+    3328 and 9984; 64 for 432, padded to 448); below 64 pairs, K2 rounded up to a power of two, at
+    least 16 (``tl.dot``'s minimum K)."""
+    if k2 < 64:
+        return 1 << max(4, (k2 - 1).bit_length())
+    sizes = [BLOCK_PAIRS >> i for i in range(BLOCK_PAIRS.bit_length()) if BLOCK_PAIRS >> i >= 64]
+    return min(sizes, key=lambda bp: -(-k2 // bp) * bp)  # min keeps the first (largest) on ties
 
 
 def block_planes(sm: torch.Tensor, nib: torch.Tensor, block_rows: int = BLOCK_ROWS,
@@ -142,7 +142,9 @@ class W12Tensor:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every packed buffer (planes + escape CSR): what a GEMM call must stream."""
+        """Bytes of every packed buffer (planes + escape CSR): what a GEMM call must stream, plus
+        the planes' zero padding (none where K2 is a multiple of 64, under 64 pairs per row
+        else)."""
         return sum(t.numel() * t.element_size() for t in self._buffers().values())
 
     def _buffers(self) -> dict[str, torch.Tensor]:

@@ -79,7 +79,8 @@ def all_bit_patterns(shape=None, seed=0):
 
 
 DISTS = [normal, student_t, laplace, with_zeros, subnormals, nonfinite, high_escape]
-SHAPES = [(45, 67), (3, 5, 7), (2, 64)]
+# (6, 1153): K2 = 577 in ten 64-pair blocks, the last one padded (Triton pack/unpack cross blocks)
+SHAPES = [(45, 67), (3, 5, 7), (2, 64), (6, 1153)]
 
 
 def _bits_equal(a, b):
@@ -149,20 +150,21 @@ def test_state_dict_round_trip_and_corruption():
 def test_blocked_layout():
     """Block (i, b) of ``planes`` holds the [BR, BP] tiles of rows i*BR.. and pair columns b*BP..
     of nib, the low sm half and the high sm half, zero past the tensor; row_major() inverts it."""
-    w = normal((9, 1031), 4).to(torch.bfloat16)  # K2 = 516: two pair blocks, 9 rows: three
+    w = normal((9, 1031), 4).to(torch.bfloat16)  # K2 = 516: nine 64-pair blocks, 9 rows: three
     packed = w12_pack_ref(w)
     sm, nib = packed.row_major()
     assert sm.shape == (9, 1032) and nib.shape == (9, 516)
     p = packed.planes
-    assert p.shape == (3, 2, 3, 4, 512)
-    assert [block_pairs_for(k2) for k2 in (2560, 3328, 8704, 9984, 516, 96, 1)] == [
-        512, 256, 512, 256, 512, 128, 16]
-    assert torch.equal(p[1, 1, 0, 0, :4], nib[4, 512:516])
-    assert torch.equal(p[2, 0, 1, 0], sm[8, :512])
-    assert torch.equal(p[0, 1, 2, 3, :4], sm[3, 516 + 512:])
-    assert not p[2, :, :, 1:].any() and not p[:, 1, :, :, 4:].any()  # padding rows and pairs
+    assert p.shape == (3, 9, 3, 4, 64)
+    assert torch.equal(p[1, 8, 0, 0, :4], nib[4, 512:516])
+    assert torch.equal(p[2, 0, 1, 0], sm[8, :64])
+    assert torch.equal(p[0, 8, 2, 3, :4], sm[3, 516 + 512:])
+    assert not p[2, :, :, 1:].any() and not p[:, 8, :, :, 4:].any()  # padding rows and pairs
     bits = w.view(torch.int16).to(torch.int32) & 0xFFFF
     assert torch.equal(sm[:, :1031].to(torch.int32), ((bits >> 8) & 0x80) | (bits & 0x7F))
+    # the least padding, the largest block on ties
+    assert [block_pairs_for(k2) for k2 in (2560, 3328, 8704, 9984, 432, 516, 96, 20, 1)] == [
+        512, 256, 512, 256, 64, 64, 128, 32, 16]
 
 
 # Cuts fall on the planes' 4-row blocks: 10 rows -> 8 per block, 1 -> 4.

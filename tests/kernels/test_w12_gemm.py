@@ -39,10 +39,19 @@ CASES = [
     pytest.param(1, 67, 45, gemv(bn=8, split=3), id="M1-K67-N45-w12-gemv-split3"),
     pytest.param(1, 67, 45, gemv(bn=8, split=3, early=0), id="M1-K67-N45-w12-gemv-split3-late"),
     pytest.param(1, 200, 45, gemv(bn=8, k_stages=3), id="M1-K200-N45-w12-gemv-pipelined"),
-    # The GEMV peels its first two K steps (masked) to fetch escapes under them: K2 = 10, less
-    # than one step; K2 = 20, one step and a tail inside the second peeled step; four rows.
+    # ESC_EARLY peels two K steps, so the launcher turns it off where a split has fewer: K2 = 10,
+    # less than one step; K2 = 20, one step and a tail; four rows.
     pytest.param(1, 20, 45, gemv(bn=4, esc=2), id="M1-K20-N45-w12-gemv-one-partial-step"),
     pytest.param(1, 40, 45, gemv(bn=4, esc=4), id="M1-K40-N45-w12-gemv-step-and-tail"),
+    # Several pair blocks (K = 1152: K2 = 576, nine 64-pair blocks; 1031: 516 in nine, the last
+    # padded), split across blocks; 45 rows in 32- and 64-row tiles read clamped rows past 48.
+    pytest.param(1, 1152, 45, gemv(bn=32, bk=64, split=4),
+                 id="M1-K1152-N45-w12-gemv-blocks-split4"),
+    pytest.param(1, 1031, 45, gemv(bn=64, bk=32, split=3, esc=2, k_stages=2),
+                 id="M1-K1031-N45-w12-gemv-blocks-tail-split3"),
+    pytest.param(1, 1031, 45, streamk(bn=16, bk=64, programs=5),
+                 id="M1-K1031-N45-w12-streamk-blocks"),
+    pytest.param(5, 1152, 45, dot(bn=64, bk=64, split=2), id="M5-K1152-N45-w12-dot-blocks-split2"),
     # K2 = 100 in splits of 64 pairs: the last one two peeled steps, no loop, a tail of 4 pairs.
     pytest.param(1, 200, 45, gemv(bn=8, split=2, k_stages=2),
                  id="M1-K200-N45-w12-gemv-split2-peeled-tail"),
