@@ -63,7 +63,7 @@ def tune(model, ms: list[int], budget_s: float, wide: bool) -> dict:
     if wide:
         names = ("kernel", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
         w12_space.SWEEP.extend({**dict(zip(names, c)), "DECODE": "prmt", "ESC_CHUNK": 1,
-                                **({"K_STAGES": 1} if c[0] == "gemv" else {})}
+                                **w12_space.ADDED_DEFAULTS.get(c[0], {})}
                               for c in WIDE_W12)
 
     sys.path.insert(0, str(ROOT))
