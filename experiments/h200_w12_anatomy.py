@@ -126,15 +126,9 @@ def read_kernel(src_ptr, out_ptr, n_vec, PER_PROG: tl.constexpr, BLOCK: tl.const
     tl.store(out_ptr + pid, tl.max(acc, axis=0))
 
 
-def row_major(packed):
-    """The logical ``(sm, nib)`` planes as row-major tensors (how the product stored them before
-    the blocked layout)."""
-    return packed.row_major()
-
-
 def blocked_copy(packed, block_n: int, block_k: int) -> torch.Tensor:
     n, k2 = packed.shape[0], packed.k_half
-    sm, nib = row_major(packed)
+    sm, nib = packed.row_major()  # the layout before the blocked planes
     planes = torch.stack([nib, sm[:, :k2], sm[:, k2:]])  # [3, N, K2]
     s = k2 // block_k
     return (planes.view(3, n // block_n, block_n, s, block_k).permute(1, 3, 0, 2, 4)
@@ -153,7 +147,7 @@ def layout_rows(row, x, packed, ncop, n, k, k2, timed, dev) -> None:
                                  esc_bits=p.esc_bits[:0], esc_delta=p.esc_delta[:0])
              for p in copies]
     scale = window_scale(packed.base)
-    planes_rm = [row_major(p) for p in copies]
+    planes_rm = [p.row_major() for p in copies]
     y = torch.empty((1, n), device=dev, dtype=torch.bfloat16)
     for bn, bk, nw, ks in ((4, 512, 2, 1), (4, 512, 2, 3), (8, 256, 4, 1), (8, 512, 4, 1)):
         tag = f"{bn}x{bk}w{nw}s{ks}"
@@ -262,7 +256,7 @@ def main(argv=None) -> None:
         ref_noesc = w12_gemm(x, noesc[0], config=w12_cfg).float()
 
         out = torch.empty(n, device=dev, dtype=torch.float32)
-        planes_rm = [row_major(p) for p in copies]
+        planes_rm = [p.row_major() for p in copies]
         for bn, bk, nw, ks in ((8, 256, 4, 1), (8, 256, 4, 3), (16, 256, 4, 1)):
             row[f"bytes_rowmajor_{bn}x{bk}w{nw}s{ks}_us"] = timed(
                 [lambda p=p, a=(bn, bk, nw, ks): bytes_rowmajor_kernel[(n // a[0],)](

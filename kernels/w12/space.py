@@ -28,6 +28,7 @@ def validate(config: dict) -> None:
         raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
 
 
-def default_config() -> dict:
-    """Untuned plane-kernel config (pack/unpack run once per weight load, so rarely tuned)."""
-    return {"BLOCK_R": 4, "BLOCK_J": 512, "num_warps": 4, "DECODE": "int"}
+def default_config(block_pairs: int = 512) -> dict:
+    """Untuned plane-kernel config (pack/unpack run once per weight load, so rarely tuned); its
+    ``BLOCK_J`` divides the planes' ``block_pairs``-pair blocks."""
+    return {"BLOCK_R": 4, "BLOCK_J": min(512, block_pairs), "num_warps": 4, "DECODE": "int"}

@@ -165,10 +165,8 @@ def w12_fwd_kernel_decode(planes_ptr, out_ptr, R, K, K2, base_shift, BLOCK_R: tl
 
 
 def _checked(config: dict | None, block_pairs: int) -> dict:
-    """``config``, or the default with its pair step cut to ``block_pairs``; validated."""
-    cfg = config or space.default_config()
-    if config is None:
-        cfg = {**cfg, "BLOCK_J": min(cfg["BLOCK_J"], block_pairs)}
+    """``config``, or the default for ``block_pairs``-pair blocks; validated."""
+    cfg = config or space.default_config(block_pairs)
     space.validate(cfg)
     if block_pairs % cfg["BLOCK_J"]:
         raise ValueError(f"BLOCK_J={cfg['BLOCK_J']} must divide the planes' {block_pairs}-pair "

@@ -135,6 +135,14 @@ def x_masks(j0, j_hi, K, K2, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def split_range(pid_k, k_per_split, K2, BLOCK_K: tl.constexpr):
+    """``(j_lo, j_hi)``: split ``pid_k``'s pair columns, up to K2 rounded up to a whole step (the
+    planes are padded past it; x is masked there)."""
+    j_lo = pid_k * k_per_split
+    return j_lo, tl.minimum(j_lo + k_per_split, tl.cdiv(K2, BLOCK_K) * BLOCK_K)
+
+
+@triton.jit
 def gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K: tl.constexpr, BR: tl.constexpr,
               BP: tl.constexpr, ASM: tl.constexpr):
     """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
@@ -173,8 +181,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
-    j_lo = pid_k * k_per_split
-    j_hi = tl.minimum(j_lo + k_per_split, tl.cdiv(K2, BLOCK_K) * BLOCK_K)
+    j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     j_rest = j_lo
     if ESC_EARLY:
@@ -212,7 +219,7 @@ def gemv_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K
     offs_n = (tile * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     n_mask = offs_n < N
     w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
-    j_hi = tl.cdiv(K2, BLOCK_K) * BLOCK_K
+    j_hi = K2  # no split: every column below K2 is this segment's (x is masked past it)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for s in range(s_lo, s_hi):
         acc = gemv_step(acc, x_ptr, w_rows, s * BLOCK_K, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
@@ -303,8 +310,7 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     t_mask = offs_t < M
     w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
     x_cols = x_ptr + offs_t[None, :] * stride_xm
-    j_lo = pid_k * k_per_split
-    j_hi = tl.minimum(j_lo + k_per_split, tl.cdiv(K2, BLOCK_K) * BLOCK_K)
+    j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     for j0 in range(j_lo, j_hi, BLOCK_K):
         acc = dot_step(acc, x_cols, w_rows, j0, j_hi, K, K2, t_mask, BLOCK_K, BR, BP, ASM, X_F32)
