@@ -25,6 +25,19 @@ from specpilot.kernels.stacked_select import select_rows
 ROLLBACK_STRATEGIES = ("snapshot", "replay")
 
 
+def visible_slots(pos: torch.Tensor, q_positions: torch.Tensor, before: torch.Tensor | None,
+                  window: int | None) -> torch.Tensor:
+    """:meth:`KVCache.visible` of slot positions ``pos`` [B, S] (-1: empty)."""
+    key_pos = pos[:, None, :]
+    q_pos = q_positions[:, :, None]
+    mask = (key_pos >= 0) & (key_pos <= q_pos)
+    if before is not None:
+        mask &= key_pos < before[:, None, None]
+    if window is not None:
+        mask &= (q_pos - key_pos) < window
+    return mask
+
+
 class KVCache:
     """Slot-based KV for one attention layer: [rows, capacity, heads, dim] plus each slot's position.
 
@@ -68,22 +81,19 @@ class KVCache:
         self.v[rows, slots] = v
         self.pos[rows, slots] = positions
 
-    def visible(self, q_positions: torch.Tensor, before: torch.Tensor | None = None) -> torch.Tensor:
+    def visible(self, q_positions: torch.Tensor, before: torch.Tensor | None = None,
+                op=None) -> torch.Tensor:
         """Boolean mask [B, T, capacity] of slots a query at ``q_positions`` [B, T] may attend to.
 
         Causal (slot position <= query position) and windowed. ``before`` [B] restricts to slots with
         position < before (a drafter's context rows, which never include the block being drafted).
+        ``op``: a :class:`~specpilot.engines.models.layers.Fusable` block's ``op``, which runs
+        :func:`visible_slots` as one fused kernel when the block is fused.
         """
         if self.tree is not None:
             return self.tree.visible(self, q_positions)
-        key_pos = self.pos[:, None, :]
-        q_pos = q_positions[:, :, None]
-        mask = (key_pos >= 0) & (key_pos <= q_pos)
-        if before is not None:
-            mask &= key_pos < before[:, None, None]
-        if self.window is not None:
-            mask &= (q_pos - key_pos) < self.window
-        return mask
+        fn = visible_slots if op is None else op(visible_slots)
+        return fn(self.pos, q_positions, before, self.window)
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move the K/V stored at positions ``src`` [B, L] to positions ``dst`` [B, L]."""

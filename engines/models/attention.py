@@ -1,21 +1,23 @@
 """Cached causal self-attention shared by the target families (Qwen3, Qwen3.5 gated attention)."""
 
 import torch
-from torch import nn
 
 from specpilot.engines.cache import KVCache
+from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import MergedLinear
-from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
+from specpilot.engines.models.layers import sigmoid_gate
+from specpilot.engines.models.layers import with_rope
 
 
-class CachedAttention(nn.Module):
+class CachedAttention(Fusable):
     """GQA self-attention over a :class:`KVCache`, with per-head q/k norms and (partial) rotary.
 
     ``output_gate``: q_proj emits [query | gate] per head and the output is multiplied by
     sigmoid(gate) before o_proj (Qwen3.5 gated attention). q/k/v run as one merged GEMM
-    (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks.
+    (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks. Fused, each of
+    q and k is normed and rotated by one kernel, the visibility mask is one, and so is the gate.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -43,11 +45,13 @@ class CachedAttention(nn.Module):
             q, gate = q.reshape(batch, num_tokens, -1, self.head_dim), None
         k = k.reshape(batch, num_tokens, -1, self.head_dim)
         v = v.reshape(batch, num_tokens, -1, self.head_dim)
-        q = apply_rope(self.q_norm(q), cos, sin)
-        k = apply_rope(self.k_norm(k), cos, sin)
+        norm_rope = self.op(with_rope(self.q_norm.fn))
+        q = norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
+        k = norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
         kv.write(k, v, positions)
-        out = masked_attention(q, kv.k, kv.v, kv.visible(positions), self.head_dim ** -0.5)
+        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op),
+                               self.head_dim ** -0.5)
         out = out.reshape(batch, num_tokens, -1)
         if gate is not None:
-            out = out * torch.sigmoid(gate)
+            out = self.op(sigmoid_gate)(out, gate)
         return self.o_proj(out)

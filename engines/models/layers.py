@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specpilot.kernels.add_rms_norm import add_rms_norm
+
 
 def rms_norm(x, weight, eps: float):
     xf = x.float()
@@ -39,6 +41,22 @@ def gated_rms_norm(x, gate, weight, eps: float):
 
 def silu_mul(gate, up):
     return F.silu(gate) * up
+
+
+def sigmoid_gate(out, gate):
+    return out * torch.sigmoid(gate)
+
+
+@functools.lru_cache(maxsize=None)
+def with_rope(norm_fn):
+    """``apply_rope(norm_fn(x, weight, eps), cos, sin)``: a per-head norm and the rotary embedding
+    as one element-wise function (one fused kernel compiled, instead of the norm's and about six)."""
+
+    def norm_rope(x, weight, eps: float, cos, sin):
+        return apply_rope(norm_fn(x, weight, eps), cos, sin)
+
+    norm_rope.__name__ = norm_rope.__qualname__ = f"{norm_fn.__name__}_rope"
+    return norm_rope
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,28 +83,48 @@ def set_fused_elementwise(model: nn.Module, fused: bool) -> None:
             module.fused = fused
 
 
-class RMSNorm(Fusable):
+class ResidualRMSNorm(Fusable):
+    """A pre-norm block's RMSNorm that can take the residual add before it (:meth:`add`)."""
+
+    fn = staticmethod(rms_norm)  # the element-wise norm
+    weight_offset, round_first = 0.0, True  # the same norm in kernels/add_rms_norm's terms
+
+    def __init__(self, weight: torch.Tensor, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.op(self.fn)(x, self.weight, self.eps)
+
+    def add(self, h: torch.Tensor, delta: torch.Tensor | None):
+        """``(h + delta, norm(h + delta))``, or ``(h, norm(h))`` when ``delta`` is None: the
+        residual add a layer deferred to the next norm. Fused, one kernel (the add rounds to
+        ``h.dtype`` first, as the eager add does)."""
+        if delta is None:
+            return h, self(h)
+        if self.fused:
+            return add_rms_norm(h, delta, self.weight, self.eps, self.weight_offset,
+                                self.round_first)
+        h = h + delta
+        return h, self(h)
+
+
+class RMSNorm(ResidualRMSNorm):
     """Qwen3-style RMSNorm: ``w * norm(x).to(dtype)``; weight initialised to 1."""
 
     def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(rms_norm)(x, self.weight, self.eps)
+        super().__init__(torch.ones(dim), eps)
 
 
-class ZeroCenteredRMSNorm(Fusable):
+class ZeroCenteredRMSNorm(ResidualRMSNorm):
     """Qwen3.5 RMSNorm with the ``(1 + w)`` convention, computed in fp32; weight initialised to 0."""
 
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
+    fn = staticmethod(zero_centered_rms_norm)
+    weight_offset, round_first = 1.0, False
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(zero_centered_rms_norm)(x, self.weight, self.eps)
+    def __init__(self, dim: int, eps: float):
+        super().__init__(torch.zeros(dim), eps)
 
 
 class GatedRMSNorm(Fusable):

@@ -20,10 +20,12 @@ from specpilot.engines.cache import ModelCache
 from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import MergedLinear
+from specpilot.engines.models.layers import ResidualRMSNorm
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
+from specpilot.engines.models.layers import sigmoid_gate
 from specpilot.engines.models.target import TargetModel
 from specpilot.engines.models.target import eos_ids
 
@@ -85,20 +87,20 @@ def qk_norm(q: torch.Tensor, k: torch.Tensor, eps: float, q_scale: float):
     return weightless_rms_norm(q, eps) * q_scale, weightless_rms_norm(k, eps)
 
 
-def sigmoid_gate(out: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    return out * torch.sigmoid(gate)
+def qk_norm_rope(q, k, eps: float, q_scale: float, cos, sin):
+    """:func:`qk_norm`, then the rotary embedding of both (one fused kernel compiled)."""
+    q, k = qk_norm(q, k, eps, q_scale)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
-class ScaledRMSNorm(Fusable):
+class ScaledRMSNorm(ResidualRMSNorm):
     """HF MuseGlimmerRMSNorm(with_scale=True): fp32 norm times fp32 weight, then cast back."""
 
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+    fn = staticmethod(scaled_rms_norm)
+    weight_offset, round_first = 0.0, False
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(scaled_rms_norm)(x, self.weight, self.eps)
+    def __init__(self, dim: int, eps: float):
+        super().__init__(torch.ones(dim), eps)
 
 
 class MuseGlimmerAttention(Fusable):
@@ -118,13 +120,16 @@ class MuseGlimmerAttention(Fusable):
     def forward(self, x, cos, sin, positions, kv: KVCache):
         batch, num_tokens, _ = x.shape
         q, k, v, gate = self.qkv_proj.forward_split(x)
-        q, k = self.op(qk_norm)(q.view(batch, num_tokens, -1, self.head_dim),
-                                k.view(batch, num_tokens, -1, self.head_dim), self.eps, self.qk_scale)
-        v = v.view(batch, num_tokens, -1, self.head_dim)
+        q, k = (q.view(batch, num_tokens, -1, self.head_dim),
+                k.view(batch, num_tokens, -1, self.head_dim))
         if self.use_rope:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = self.op(qk_norm_rope)(q, k, self.eps, self.qk_scale, cos, sin)
+        else:
+            q, k = self.op(qk_norm)(q, k, self.eps, self.qk_scale)
+        v = v.view(batch, num_tokens, -1, self.head_dim)
         kv.write(k, v, positions)
-        out = masked_attention(q, kv.k, kv.v, kv.visible(positions), self.head_dim ** -0.5)
+        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op),
+                               self.head_dim ** -0.5)
         out = self.op(sigmoid_gate)(out.reshape(batch, num_tokens, -1), gate)
         return self.o_proj(out)
 
@@ -139,11 +144,11 @@ class MuseGlimmerDecoderLayer(nn.Module):
         self.pre_feedforward_layernorm = ZeroCenteredRMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_feedforward_layernorm = ZeroCenteredRMSNorm(args.hidden_size, args.post_norm_eps)
 
-    def forward(self, h, cos, sin, positions, kv, commit_all):
-        x = self.self_attn(self.input_layernorm(h), cos, sin, positions, kv)
-        h = h + self.post_attention_layernorm(x)
-        x = self.mlp(self.pre_feedforward_layernorm(h))
-        return h + self.post_feedforward_layernorm(x)
+    def forward(self, h, delta, cos, sin, positions, kv, commit_all):
+        h, x = self.input_layernorm.add(h, delta)
+        x = self.self_attn(x, cos, sin, positions, kv)
+        h, x = self.pre_feedforward_layernorm.add(h, self.post_attention_layernorm(x))
+        return h, self.post_feedforward_layernorm(self.mlp(x))
 
 
 class _NormedEmbedding(nn.Embedding):

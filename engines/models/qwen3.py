@@ -59,9 +59,10 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
-    def forward(self, h, cos, sin, positions, kv, commit_all):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, positions, kv)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h, delta, cos, sin, positions, kv, commit_all):
+        h, x = self.input_layernorm.add(h, delta)
+        h, x = self.post_attention_layernorm.add(h, self.self_attn(x, cos, sin, positions, kv))
+        return h, self.mlp(x)
 
 
 class _Model(nn.Module):

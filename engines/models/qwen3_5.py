@@ -25,6 +25,8 @@ from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.target import TargetModel
 from specpilot.engines.models.target import eos_ids
 from specpilot.kernels.gated_delta_rule import gated_delta_rule
+from specpilot.kernels.short_conv import short_conv_silu
+from specpilot.kernels.short_conv import short_conv_silu_ref
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,14 +121,13 @@ class Qwen3_5GatedDeltaNet(Fusable):
         if num_seqs != conv_state.shape[0]:
             conv_state = conv_state.expand(num_seqs, -1, -1)
             recurrent = recurrent.expand(num_seqs, -1, -1, -1).contiguous()
-        mixed = mixed.transpose(1, 2)  # [S, C, T]
-        parts = [conv_state, mixed.to(conv_state.dtype)]
         window_out = state.window_buffer(num_seqs, num_tokens) if not commit_all else None
-        window = (torch.cat(parts, dim=-1) if window_out is None  # [S, C, K-1+T]
-                  else torch.cat(parts, dim=-1, out=window_out))
-        weight = self.conv1d.weight.squeeze(1)
-        conv = F.conv1d(window.to(weight.dtype), weight.unsqueeze(1), groups=self.conv_dim)
-        mixed = F.silu(conv[:, :, -num_tokens:]).to(b.dtype).transpose(1, 2)
+        # committed rows update the conv state in the same step (right-padded rows: below)
+        commit_conv = commit_all and state.padding is None
+        conv = short_conv_silu if self.fused else short_conv_silu_ref  # fused: one kernel
+        mixed, window = conv(conv_state, mixed, self.conv1d.weight.squeeze(1), commit_conv,
+                             window_out)  # [S, T, C]; window [S, C, K-1+T] unless committed
+        mixed = mixed.to(b.dtype)
         q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
         k = k.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
@@ -140,12 +141,9 @@ class Qwen3_5GatedDeltaNet(Fusable):
         out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer,
                                              state.snapshot_kernel)
         if commit_all:
-            kernel_minus_1 = state.conv.shape[-1]
-            if state.padding is None:
-                state.conv.copy_(window[:, :, window.shape[-1] - kernel_minus_1:])
-            else:  # the conv state after each sequence's real rows
-                state.conv.copy_(window.gather(2, state.padding.conv_window(window,
-                                                                            kernel_minus_1)))
+            if not commit_conv:  # the conv state after each sequence's real rows
+                state.conv.copy_(window.gather(2, state.padding.conv_window(
+                    window, state.conv.shape[-1])))
             state.recurrent.copy_(final)
         else:
             state.pending = PendingRows(window, steps, None if keep_steps else (q, k, v, g, beta))
@@ -166,14 +164,14 @@ class Qwen3_5DecoderLayer(nn.Module):
         self.input_layernorm = ZeroCenteredRMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = ZeroCenteredRMSNorm(args.hidden_size, args.rms_norm_eps)
 
-    def forward(self, h, cos, sin, positions, layer_cache, commit_all):
-        x = self.input_layernorm(h)
+    def forward(self, h, delta, cos, sin, positions, layer_cache, commit_all):
+        h, x = self.input_layernorm.add(h, delta)
         if self.layer_type == "linear_attention":
             x = self.linear_attn(x, layer_cache, commit_all)
         else:
             x = self.self_attn(x, cos, sin, positions, layer_cache)
-        h = h + x
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h, x = self.post_attention_layernorm.add(h, x)
+        return h, self.mlp(x)
 
 
 class _TextModel(nn.Module):

@@ -30,7 +30,10 @@ class TargetModel(nn.Module, RotaryBuffers, abc.ABC):
     """Decoder-only target: ``model.embed_tokens``, ``model.layers``, ``model.norm``, ``lm_head``.
 
     Subclasses build the modules, set ``self.inv_freq`` and implement ``new_cache``; every layer's
-    forward is ``layer(h, cos, sin, positions, layer_cache, commit_all)``.
+    forward is ``layer(h, delta, cos, sin, positions, layer_cache, commit_all) -> (h, delta)``: the
+    residual stream is ``h + delta``, and each layer's last add is left to the next norm
+    (``model.norm`` too: a :class:`~specpilot.engines.models.layers.ResidualRMSNorm`), which fuses
+    it (``delta`` is None before the first layer).
     """
 
     hidden_size: int
@@ -69,17 +72,18 @@ class TargetModel(nn.Module, RotaryBuffers, abc.ABC):
         """
         hidden = self.embed(input_ids)
         cos, sin = rope_cos_sin(self.inv_freq, positions, hidden.dtype)
-        captured = {}
+        captured, delta = {}, None
         for i, layer in enumerate(self.model.layers):
-            hidden = layer(hidden, cos, sin, positions, cache.layers[i], commit_all)
+            hidden, delta = layer(hidden, delta, cos, sin, positions, cache.layers[i], commit_all)
             if i in capture:
-                captured[i] = hidden
+                captured[i] = hidden + delta
         aux = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
         if last_index is not None:
-            hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_index][:, None]
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            hidden, delta = hidden[rows, last_index][:, None], delta[rows, last_index][:, None]
         elif last_only:
-            hidden = hidden[:, -1:]
-        return TargetOutput(self.compute_logits(self.model.norm(hidden)), aux)
+            hidden, delta = hidden[:, -1:], delta[:, -1:]
+        return TargetOutput(self.compute_logits(self.model.norm.add(hidden, delta)[1]), aux)
 
     def prefill(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: ModelCache,
                 capture: tuple[int, ...] = (), last_only: bool = True) -> TargetOutput:

@@ -16,7 +16,9 @@ output that aliases no input. Views, no-op casts and allocations (``empty*``) ar
 are decomposed first, as they run on the device. What the CPU run does differently from the GPU
 engine is simulated, from the code the GPU runs:
 
-- ``fused_elementwise``: each ``torch.compile``d element-wise function is one fused kernel;
+- ``fused_elementwise``: each ``torch.compile``d element-wise function is one fused kernel, and so
+  are the Gated-DeltaNet short-conv step (:mod:`specpilot.kernels.short_conv`) and the residual add
+  + RMSNorm (:mod:`specpilot.kernels.add_rms_norm`);
 - Gated DeltaNet: :func:`specpilot.kernels.gated_delta_rule.dispatch._fla` runs as on CUDA (its
   ``.contiguous()`` copies, its per-token loop for snapshots, its ``cat``/``stack``), each fla-core
   ``fused_recurrent_gated_delta_rule`` call counting one kernel: fla's ``fused_recurrent.py``
@@ -152,8 +154,11 @@ class _Labels:
 
 @contextlib.contextmanager
 def _gpu_paths(counter: KernelCounter, fused: bool):
-    """Run the CUDA-only paths (fused element-wise, fla-core gated delta rule) on CPU tensors."""
+    """Run the CUDA-only paths (fused element-wise, the short-conv kernel, fla-core gated delta
+    rule) on CPU tensors."""
     from specpilot.engines.models import layers
+    from specpilot.kernels import add_rms_norm as add_norm
+    from specpilot.kernels import short_conv
     from specpilot.kernels.gated_delta_rule import dispatch
     from specpilot.kernels.gated_delta_rule.reference import gated_delta_rule_ref
 
@@ -196,7 +201,26 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
                 stack.enter_context(mock.patch.object(module, "gated_delta_rule", fla_path))
         if fused:
             stack.enter_context(mock.patch.object(layers, "compiled", compiled))
+
+            # kernels/short_conv and kernels/add_rms_norm: one launch each
+            one_launch = {"short_conv_silu": (short_conv.short_conv_silu,
+                                              short_conv.short_conv_silu_ref),
+                          "add_rms_norm": (add_norm.add_rms_norm, add_norm.add_rms_norm_ref)}
+            for name, (kernel, reference) in one_launch.items():
+                for module in list(sys.modules.values()):
+                    if getattr(module, "__name__", "").startswith("specpilot.engines.") and \
+                            getattr(module, name, None) is kernel:
+                        stack.enter_context(mock.patch.object(module, name, _opaque(counter,
+                                                                                    reference)))
         yield
+
+
+def _opaque(counter, fn):
+    """``fn`` counted as one kernel, whatever ops it runs."""
+    def run(*args, **kwargs):
+        with counter.opaque(1):
+            return fn(*args, **kwargs)
+    return run
 
 
 def _restore_modules(saved: dict) -> None:
