@@ -20,6 +20,8 @@ import dataclasses
 import torch
 
 from specpilot.kernels.gated_delta_rule import gated_delta_rule
+from specpilot.kernels.kv_write import kv_write
+from specpilot.kernels.kv_write import kv_write_ref
 from specpilot.kernels.stacked_select import select_rows
 
 ROLLBACK_STRATEGIES = ("snapshot", "replay")
@@ -71,15 +73,13 @@ class KVCache:
         view.tree = tree
         return view
 
-    def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        """Store k, v [B, T, H, D] at ``positions`` [B, T] (a tree view: at the tree's slots)."""
+    def write(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+              fused: bool = False) -> None:
+        """Store k, v [B, T, H, D] at ``positions`` [B, T] (a tree view: at the tree's slots).
+        ``fused``: one kernel (:mod:`specpilot.kernels.kv_write`) instead of five."""
         if self.tree is not None:
             positions = self.tree.slot_positions
-        slots = positions % self.capacity
-        rows = torch.arange(k.shape[0], device=k.device)[:, None].expand_as(slots)
-        self.k[rows, slots] = k
-        self.v[rows, slots] = v
-        self.pos[rows, slots] = positions
+        (kv_write if fused else kv_write_ref)(self.k, self.v, self.pos, k, v, positions)
 
     def visible(self, q_positions: torch.Tensor, before: torch.Tensor | None = None,
                 op=None) -> torch.Tensor:

@@ -6,9 +6,10 @@ from specpilot.engines.cache import KVCache
 from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import MergedLinear
+from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
 from specpilot.engines.models.layers import sigmoid_gate
-from specpilot.engines.models.layers import with_rope
+from specpilot.kernels.qk_norm_rope import qk_norm_rope
 
 
 class CachedAttention(Fusable):
@@ -16,8 +17,8 @@ class CachedAttention(Fusable):
 
     ``output_gate``: q_proj emits [query | gate] per head and the output is multiplied by
     sigmoid(gate) before o_proj (Qwen3.5 gated attention). q/k/v run as one merged GEMM
-    (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks. Fused, each of
-    q and k is normed and rotated by one kernel, the visibility mask is one, and so is the gate.
+    (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks. Fused, q and k are
+    normed and rotated by one kernel, the visibility mask is one, the KV write one and the gate one.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -45,10 +46,13 @@ class CachedAttention(Fusable):
             q, gate = q.reshape(batch, num_tokens, -1, self.head_dim), None
         k = k.reshape(batch, num_tokens, -1, self.head_dim)
         v = v.reshape(batch, num_tokens, -1, self.head_dim)
-        norm_rope = self.op(with_rope(self.q_norm.fn))
-        q = norm_rope(q, self.q_norm.weight, self.q_norm.eps, cos, sin)
-        k = norm_rope(k, self.k_norm.weight, self.k_norm.eps, cos, sin)
-        kv.write(k, v, positions)
+        if self.fused:
+            norm = self.q_norm  # k_norm: the same kind and eps
+            q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, norm.eps, cos, sin,
+                                norm.weight_offset, norm.round_first)
+        else:
+            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+        kv.write(k, v, positions, fused=self.fused)
         out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op),
                                self.head_dim ** -0.5)
         out = out.reshape(batch, num_tokens, -1)

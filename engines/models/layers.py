@@ -48,18 +48,6 @@ def sigmoid_gate(out, gate):
 
 
 @functools.lru_cache(maxsize=None)
-def with_rope(norm_fn):
-    """``apply_rope(norm_fn(x, weight, eps), cos, sin)``: a per-head norm and the rotary embedding
-    as one element-wise function (one fused kernel compiled, instead of the norm's and about six)."""
-
-    def norm_rope(x, weight, eps: float, cos, sin):
-        return apply_rope(norm_fn(x, weight, eps), cos, sin)
-
-    norm_rope.__name__ = norm_rope.__qualname__ = f"{norm_fn.__name__}_rope"
-    return norm_rope
-
-
-@functools.lru_cache(maxsize=None)
 def compiled(fn):
     """``torch.compile`` of an element-wise function (one fused kernel per input shape)."""
     # one function serves every norm width, dtype and row count of a model: allow those variants

@@ -127,7 +127,7 @@ class MuseGlimmerAttention(Fusable):
         else:
             q, k = self.op(qk_norm)(q, k, self.eps, self.qk_scale)
         v = v.view(batch, num_tokens, -1, self.head_dim)
-        kv.write(k, v, positions)
+        kv.write(k, v, positions, fused=self.fused)
         out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op),
                                self.head_dim ** -0.5)
         out = self.op(sigmoid_gate)(out.reshape(batch, num_tokens, -1), gate)

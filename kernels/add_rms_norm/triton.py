@@ -13,13 +13,14 @@ def add_rms_norm_kernel(h_ptr, d_ptr, w_ptr, s_ptr, out_ptr, H, eps, weight_offs
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
+    # the weight first: its load then overlaps the row's, not the reduction after them
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32) + weight_offset
     h = tl.load(h_ptr + row * H + offs, mask=mask, other=0.0)
     d = tl.load(d_ptr + row * H + offs, mask=mask, other=0.0)
     s = (h.to(tl.float32) + d.to(tl.float32)).to(h.dtype)
     tl.store(s_ptr + row * H + offs, s, mask=mask)
     sf = s.to(tl.float32)
     normed = sf * tl.math.rsqrt(tl.sum(sf * sf, axis=0) / H + eps)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32) + weight_offset
     if ROUND_FIRST:
         y = w.to(w_ptr.dtype.element_ty).to(tl.float32) * normed.to(h.dtype).to(tl.float32)
     else:

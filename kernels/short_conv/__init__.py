@@ -12,7 +12,6 @@ Engine entry point::
 """
 
 import torch
-
 from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.short_conv.reference import short_conv_silu_ref
 

@@ -10,7 +10,6 @@ window (``KEEP``: the pending rows of a speculative verify) or the new conv stat
 import torch
 import triton
 import triton.language as tl
-
 from specpilot.kernels.common.launch import cdiv
 
 BLOCK_C = 128

@@ -17,8 +17,10 @@ are decomposed first, as they run on the device. What the CPU run does different
 engine is simulated, from the code the GPU runs:
 
 - ``fused_elementwise``: each ``torch.compile``d element-wise function is one fused kernel, and so
-  are the Gated-DeltaNet short-conv step (:mod:`specpilot.kernels.short_conv`) and the residual add
-  + RMSNorm (:mod:`specpilot.kernels.add_rms_norm`);
+  is each of the engine's own decode kernels: the Gated-DeltaNet short-conv step
+  (:mod:`specpilot.kernels.short_conv`), the residual add + RMSNorm
+  (:mod:`specpilot.kernels.add_rms_norm`), the KV-cache write (:mod:`specpilot.kernels.kv_write`)
+  and the q/k norm + rotary (:mod:`specpilot.kernels.qk_norm_rope`);
 - Gated DeltaNet: :func:`specpilot.kernels.gated_delta_rule.dispatch._fla` runs as on CUDA (its
   ``.contiguous()`` copies, its per-token loop for snapshots, its ``cat``/``stack``), each fla-core
   ``fused_recurrent_gated_delta_rule`` call counting one kernel: fla's ``fused_recurrent.py``
@@ -158,6 +160,8 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
     rule) on CPU tensors."""
     from specpilot.engines.models import layers
     from specpilot.kernels import add_rms_norm as add_norm
+    from specpilot.kernels import kv_write
+    from specpilot.kernels import qk_norm_rope
     from specpilot.kernels import short_conv
     from specpilot.kernels.gated_delta_rule import dispatch
     from specpilot.kernels.gated_delta_rule.reference import gated_delta_rule_ref
@@ -202,10 +206,14 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
         if fused:
             stack.enter_context(mock.patch.object(layers, "compiled", compiled))
 
-            # kernels/short_conv and kernels/add_rms_norm: one launch each
+            # the engine's own decode kernels (short_conv, add_rms_norm, kv_write,
+            # qk_norm_rope): one launch each
             one_launch = {"short_conv_silu": (short_conv.short_conv_silu,
                                               short_conv.short_conv_silu_ref),
-                          "add_rms_norm": (add_norm.add_rms_norm, add_norm.add_rms_norm_ref)}
+                          "add_rms_norm": (add_norm.add_rms_norm, add_norm.add_rms_norm_ref),
+                          "kv_write": (kv_write.kv_write, kv_write.kv_write_ref),
+                          "qk_norm_rope": (qk_norm_rope.qk_norm_rope,
+                                           qk_norm_rope.qk_norm_rope_ref)}
             for name, (kernel, reference) in one_launch.items():
                 for module in list(sys.modules.values()):
                     if getattr(module, "__name__", "").startswith("specpilot.engines.") and \

@@ -3,11 +3,10 @@ interpreter, for both weight conventions; the stored sum is the rounded sum, bit
 
 import pytest
 import torch
-
-from specpilot.kernels.add_rms_norm import add_rms_norm
-from specpilot.kernels.add_rms_norm.reference import add_rms_norm_ref
 from specpilot.engines.models.layers import rms_norm
 from specpilot.engines.models.layers import zero_centered_rms_norm
+from specpilot.kernels.add_rms_norm import add_rms_norm
+from specpilot.kernels.add_rms_norm.reference import add_rms_norm_ref
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 37), (2, 3, 64), (5, 200)])
@@ -36,8 +35,9 @@ def test_reference_is_the_models_norm_of_the_sum():
     h, delta = (torch.randn(3, 48, generator=g).bfloat16() for _ in range(2))
     weight = torch.randn(48, generator=g).bfloat16()
     s, out = add_rms_norm_ref(h, delta, weight, 1e-6, 1.0, False)
+    assert torch.equal(s, h + delta)
     assert torch.equal(out, zero_centered_rms_norm(h + delta, weight, 1e-6))
-    s, out = add_rms_norm_ref(h, delta, weight, 1e-6, 0.0, True)
+    _, out = add_rms_norm_ref(h, delta, weight, 1e-6, 0.0, True)
     assert torch.equal(out, rms_norm(h + delta, weight, 1e-6))
 
 

@@ -3,7 +3,6 @@ Triton interpreter: outputs, the committed conv state (in place) and the pending
 
 import pytest
 import torch
-
 from specpilot.kernels.short_conv import short_conv_silu
 from specpilot.kernels.short_conv.reference import short_conv_silu_ref
 
