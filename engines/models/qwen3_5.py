@@ -25,7 +25,8 @@ from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.target import TargetModel
 from specpilot.engines.models.target import eos_ids
 from specpilot.kernels.gated_delta_rule import gated_delta_rule
-from specpilot.kernels.short_conv import short_conv_silu
+from specpilot.kernels.short_conv import conv_silu_gates
+from specpilot.kernels.short_conv import gdn_gates_ref
 from specpilot.kernels.short_conv import short_conv_silu_ref
 
 
@@ -68,11 +69,6 @@ class Qwen3_5TextArgs:
         eos = text.get("eos_token_id", config.get("eos_token_id"))
         kwargs["eos_token_ids"] = eos_ids(eos)
         return cls(**kwargs)
-
-
-def gdn_gates(a, b, A_log, dt_bias):
-    """beta = sigmoid(b); log decay g = -exp(A_log) * softplus(a + dt_bias) in fp32."""
-    return b.sigmoid(), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
 
 
 class Qwen3_5GatedDeltaNet(Fusable):
@@ -124,15 +120,19 @@ class Qwen3_5GatedDeltaNet(Fusable):
         window_out = state.window_buffer(num_seqs, num_tokens) if not commit_all else None
         # committed rows update the conv state in the same step (right-padded rows: below)
         commit_conv = commit_all and state.padding is None
-        conv = short_conv_silu if self.fused else short_conv_silu_ref  # fused: one kernel
-        mixed, window = conv(conv_state, mixed, self.conv1d.weight.squeeze(1), commit_conv,
-                             window_out)  # [S, T, C]; window [S, C, K-1+T] unless committed
-        mixed = mixed.to(b.dtype)
+        weight = self.conv1d.weight.squeeze(1)
+        if self.fused:  # one kernel: conv, SiLU, state or window, gates
+            mixed, window, beta, g = conv_silu_gates(conv_state, mixed, weight, commit_conv,
+                                                     window_out, a, b, self.A_log, self.dt_bias)
+        else:
+            mixed, window = short_conv_silu_ref(conv_state, mixed, weight, commit_conv,
+                                                window_out)
+            beta, g = gdn_gates_ref(a, b, self.A_log, self.dt_bias)
+        mixed = mixed.to(b.dtype)  # [S, T, C]; window [S, C, K-1+T] unless committed
         q, k, v = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
         k = k.reshape(num_seqs, num_tokens, -1, self.head_k_dim)
         v = v.reshape(num_seqs, num_tokens, -1, self.head_v_dim)
-        beta, g = self.op(gdn_gates)(a, b, self.A_log, self.dt_bias)
         if state.padding is not None:  # right-padded rows leave the state as it is
             drop = state.padding.dropped_rows(num_tokens)[..., None]  # [S, T, 1]
             g, beta = g.masked_fill(drop, 0.0), beta.masked_fill(drop, 0.0)

@@ -13,6 +13,7 @@ Engine entry point::
 """
 
 import torch
+
 from specpilot.kernels.add_rms_norm.reference import add_rms_norm_ref
 from specpilot.kernels.common.interpret import interpreting
 

@@ -11,6 +11,7 @@ Engine entry point::
 """
 
 import torch
+
 from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.kv_write.reference import kv_write_ref
 

@@ -4,6 +4,7 @@ copies row t's k and v heads into the slot, and the position into the slot's pos
 import torch
 import triton
 import triton.language as tl
+
 from specpilot.kernels.common.launch import cdiv
 
 

@@ -11,6 +11,7 @@ Engine entry point::
 """
 
 import torch
+
 from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.qk_norm_rope.reference import qk_norm_rope_ref
 

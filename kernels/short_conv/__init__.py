@@ -1,31 +1,40 @@
-"""The Gated-DeltaNet short convolution step: causal depthwise conv over ``[state | x]``, SiLU,
-and the state update (commit) or the kept window (pending rows), in one kernel.
+"""The Gated-DeltaNet step's prologue in one kernel: the short convolution (causal depthwise conv
+over ``[state | x]``, SiLU, and the state update on commit or the kept window for pending rows) and
+the gates (``beta = sigmoid(b)``, ``g = -exp(A_log) * softplus(a + dt_bias)``).
 
-Eagerly that is four kernels per layer and step (a ``cat`` into the window, the depthwise conv, the
-SiLU, the state copy); at decode they are tiny and each pays a kernel's fixed cost (48 of each per
-Qwen3.8-27B step: results/h200-2026-11-30-profile-qwen38-27b-ar-w12.json).
+Eagerly that is four kernels per layer and step for the conv (a ``cat`` into the window, the
+depthwise conv, the SiLU, the state copy), and two compiled ones for the gates; at decode they are
+tiny and each pays a kernel's fixed cost (48 of each per Qwen3.8-27B step:
+results/h200-2026-11-30-profile-qwen38-27b-ar-w12.json).
 
 Engine entry point::
 
     from specpilot.kernels import short_conv
-    out, window = short_conv.short_conv_silu(state.conv, mixed, weight, commit, window_out)
+    out, window, beta, g = short_conv.conv_silu_gates(state.conv, mixed, weight, commit,
+                                                      window_out, a, b, A_log, dt_bias)
 """
 
 import torch
+
 from specpilot.kernels.common.interpret import interpreting
+from specpilot.kernels.short_conv.reference import conv_silu_gates_ref
+from specpilot.kernels.short_conv.reference import gdn_gates_ref
 from specpilot.kernels.short_conv.reference import short_conv_silu_ref
 
-__all__ = ["short_conv_silu", "short_conv_silu_ref"]
+__all__ = ["conv_silu_gates", "conv_silu_gates_ref", "gdn_gates_ref", "short_conv_silu_ref"]
 
 
-def short_conv_silu(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                    commit: bool, window_out: torch.Tensor | None = None):
-    """:func:`short_conv_silu_ref`'s contract; the Triton kernel on a GPU (or under the
-    interpreter), where it returns None for the window when committing; the reference elsewhere."""
+def conv_silu_gates(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                    commit: bool, window_out: torch.Tensor | None, a: torch.Tensor,
+                    b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
+    """:func:`conv_silu_gates_ref`'s contract: the Triton kernel on a GPU (or under the
+    interpreter), where it returns None for the window when committing; the reference
+    elsewhere."""
     if x.is_cuda or interpreting():
-        from specpilot.kernels.short_conv.triton import short_conv_silu_triton
+        from specpilot.kernels.short_conv.triton import conv_silu_gates_triton
 
         if x.stride(-1) != 1:
             x = x.contiguous()
-        return short_conv_silu_triton(conv_state, x, weight, commit, window_out)
-    return short_conv_silu_ref(conv_state, x, weight, commit, window_out)
+        return conv_silu_gates_triton(conv_state, x, weight, commit, window_out, a, b, A_log,
+                                      dt_bias)
+    return conv_silu_gates_ref(conv_state, x, weight, commit, window_out, a, b, A_log, dt_bias)

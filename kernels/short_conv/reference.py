@@ -1,4 +1,5 @@
-"""Torch reference of the Gated-DeltaNet short convolution step (the eager engine's own ops)."""
+"""Torch reference of the Gated-DeltaNet step's prologue (the eager engine's own ops): the short
+convolution and the gates."""
 
 import torch
 import torch.nn.functional as F
@@ -23,3 +24,15 @@ def short_conv_silu_ref(conv_state: torch.Tensor, x: torch.Tensor, weight: torch
     if commit:
         conv_state.copy_(window[:, :, window.shape[-1] - conv_state.shape[-1]:])
     return F.silu(conv).transpose(1, 2), window
+
+
+def gdn_gates_ref(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
+    """``(beta, g)``: ``beta = sigmoid(b)`` in b's dtype and the log decay ``g = -exp(A_log) *
+    softplus(a + dt_bias)`` in fp32, for a, b [S, T, HV]."""
+    return b.sigmoid(), -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+
+
+def conv_silu_gates_ref(conv_state, x, weight, commit, window_out, a, b, A_log, dt_bias):
+    """:func:`short_conv_silu_ref` and :func:`gdn_gates_ref`: ``(out, window, beta, g)``."""
+    out, window = short_conv_silu_ref(conv_state, x, weight, commit, window_out)
+    return (out, window, *gdn_gates_ref(a, b, A_log, dt_bias))

@@ -1,15 +1,17 @@
-"""Triton kernel for :mod:`specpilot.kernels.short_conv`: one launch for the conv step.
+"""Triton kernel for :mod:`specpilot.kernels.short_conv`: one launch for the step's prologue.
 
 Program (s, c block): each output row t reads its K window values straight from ``conv_state``
 (window positions below K-1) or ``x`` (the rest), sums them times the filter in fp32 in tap order,
 rounds to the weight dtype (as the conv's output) and applies SiLU in fp32. Then it writes the
 window (``KEEP``: the pending rows of a speculative verify) or the new conv state in place
 (``COMMIT``: after a barrier, since a program reads state columns its own threads overwrite).
+Programs (s, 0) also compute sequence s's gates, one row of heads per token.
 """
 
 import torch
 import triton
 import triton.language as tl
+
 from specpilot.kernels.common.launch import cdiv
 
 BLOCK_C = 128
@@ -28,11 +30,47 @@ def window_at(state_row, x_row, offs_c, c_mask, p, stride_sc, stride_xt, K: tl.c
 
 
 @triton.jit
+def softplus(x):
+    """``log(1 + exp(x))`` (x itself above 20, as torch), with log1p done exactly by Goldberg's
+    ``y * log(u) / (u - 1)``, ``u = 1 + y``: no cancellation where exp(x) is small."""
+    y = tl.exp(tl.minimum(x, 20.0))
+    u = 1.0 + y
+    exact = u == 1.0  # y below half an fp32 step of 1: log1p(y) = y
+    log1p = tl.where(exact, y, tl.log(u) * (y / tl.where(exact, 1.0, u - 1.0)))
+    return tl.where(x > 20.0, x, log1p)
+
+
+@triton.jit
+def gates(a_row, b_row, alog_ptr, dtb_ptr, beta_row, g_row, T, HV, stride_at, stride_bt,
+          BLOCK_HV: tl.constexpr):
+    """One sequence's gates, token by token: ``beta = sigmoid(b)`` (b's dtype), ``g =
+    -exp(A_log) * softplus(a + dt_bias)`` (fp32); outputs contiguous [T, HV]."""
+    offs_h = tl.arange(0, BLOCK_HV)
+    h_mask = offs_h < HV
+    decay = -tl.exp(tl.load(alog_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32))
+    bias = tl.load(dtb_ptr + offs_h, mask=h_mask, other=0.0).to(tl.float32)
+    for t in range(T):
+        av = tl.load(a_row + t * stride_at + offs_h, mask=h_mask, other=0.0).to(tl.float32)
+        bv = tl.load(b_row + t * stride_bt + offs_h, mask=h_mask, other=0.0)
+        beta = 1.0 / (1.0 + tl.exp(-bv.to(tl.float32)))
+        tl.store(beta_row + t * HV + offs_h, beta.to(bv.dtype), mask=h_mask)
+        tl.store(g_row + t * HV + offs_h, decay * softplus(av + bias), mask=h_mask)
+
+
+@triton.jit
 def short_conv_silu_kernel(state_ptr, x_ptr, w_ptr, out_ptr, win_ptr, C, T,
                            stride_ss, stride_sc, stride_xs, stride_xt, stride_ws, stride_wc,
+                           a_ptr, b_ptr, alog_ptr, dtb_ptr, beta_ptr, g_ptr, HV, stride_as,
+                           stride_at, stride_bs, stride_bt,
                            K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
-                           COMMIT: tl.constexpr, KEEP: tl.constexpr):
+                           COMMIT: tl.constexpr, KEEP: tl.constexpr, GATES: tl.constexpr,
+                           BLOCK_HV: tl.constexpr):
     s = tl.program_id(0).to(tl.int64)
+    if GATES:
+        if tl.program_id(1) == 0:
+            gates(a_ptr + s * stride_as, b_ptr + s * stride_bs, alog_ptr, dtb_ptr,
+                  beta_ptr + s * T * HV, g_ptr + s * T * HV, T, HV, stride_at, stride_bt,
+                  BLOCK_HV)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_mask = offs_c < C
     state_row = state_ptr + s * stride_ss
@@ -62,32 +100,49 @@ def short_conv_silu_kernel(state_ptr, x_ptr, w_ptr, out_ptr, win_ptr, C, T,
         tl.store(state_row + offs_c[:, None] * stride_sc + j, v, mask=keep)
 
 
-def short_conv_silu_triton(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                           commit: bool, window_out: torch.Tensor | None = None):
-    """Same contract as :func:`~specpilot.kernels.short_conv.reference.short_conv_silu_ref`; the
+def conv_silu_gates_triton(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                           commit: bool, window_out: torch.Tensor | None = None, a=None, b=None,
+                           A_log=None, dt_bias=None):
+    """Same contract as :func:`~specpilot.kernels.short_conv.reference.conv_silu_gates_ref`
+    (without a, b, A_log, dt_bias: :func:`~.reference.short_conv_silu_ref`'s, no gates); the
     window is only materialised when the rows stay pending (``commit`` False): committing returns
     None for it."""
     num_seqs, num_tokens, channels = x.shape
     kernel = weight.shape[1]
     if (conv_state.shape != (num_seqs, channels, kernel - 1) or weight.shape[0] != channels
             or x.stride(2) != 1 or conv_state.stride(2) != 1 or not weight.is_contiguous()):
-        raise ValueError(f"short_conv_silu: conv_state {tuple(conv_state.shape)}, x "
+        raise ValueError(f"conv_silu_gates: conv_state {tuple(conv_state.shape)}, x "
                          f"{tuple(x.shape)} (strides {x.stride()}), weight {tuple(weight.shape)} "
                          "do not match")
     if commit and num_seqs > 1 and conv_state.stride(0) == 0:
-        raise ValueError("short_conv_silu: cannot commit into an expanded conv state")
+        raise ValueError("conv_silu_gates: cannot commit into an expanded conv state")
+    with_gates = a is not None
+    if with_gates and (a.shape != b.shape or a.shape[:2] != (num_seqs, num_tokens)
+                       or a.stride(2) != 1 or b.stride(2) != 1
+                       or A_log.shape != (a.shape[2],) or dt_bias.shape != A_log.shape):
+        raise ValueError(f"conv_silu_gates: a {tuple(a.shape)}, b {tuple(b.shape)}, A_log "
+                         f"{tuple(A_log.shape)}, dt_bias {tuple(dt_bias.shape)} do not match")
     out = torch.empty(num_seqs, num_tokens, channels, dtype=weight.dtype, device=x.device)
     window = None
     if not commit:
         window = window_out if window_out is not None else conv_state.new_empty(
             num_seqs, channels, kernel - 1 + num_tokens)
         if window.stride(2) != 1:
-            raise ValueError("short_conv_silu: the window buffer's last dim must be contiguous")
+            raise ValueError("conv_silu_gates: the window buffer's last dim must be contiguous")
     win = window if window is not None else out  # unused when committing
+    if with_gates:
+        beta = torch.empty(a.shape, dtype=b.dtype, device=b.device)
+        g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
+        gate_args = (a, b, A_log, dt_bias, beta, g, a.shape[2], a.stride(0), a.stride(1),
+                     b.stride(0), b.stride(1))
+    else:
+        beta = g = None
+        gate_args = (out, out, out, out, out, out, 1, 0, 0, 0, 0)  # unused
     grid = (num_seqs, cdiv(channels, BLOCK_C))
     short_conv_silu_kernel[grid](
         conv_state, x, weight, out, win, channels, num_tokens, conv_state.stride(0),
-        conv_state.stride(1), x.stride(0), x.stride(1), win.stride(0), win.stride(1),
+        conv_state.stride(1), x.stride(0), x.stride(1), win.stride(0), win.stride(1), *gate_args,
         K=kernel, KP=triton.next_power_of_2(kernel - 1), BLOCK_C=BLOCK_C, COMMIT=commit,
-        KEEP=not commit, num_warps=NUM_WARPS)
-    return out, window
+        KEEP=not commit, GATES=with_gates, BLOCK_HV=triton.next_power_of_2(gate_args[6]),
+        num_warps=NUM_WARPS)
+    return (out, window, beta, g) if with_gates else (out, window)

@@ -17,7 +17,7 @@ are decomposed first, as they run on the device. What the CPU run does different
 engine is simulated, from the code the GPU runs:
 
 - ``fused_elementwise``: each ``torch.compile``d element-wise function is one fused kernel, and so
-  is each of the engine's own decode kernels: the Gated-DeltaNet short-conv step
+  is each of the engine's own decode kernels: the Gated-DeltaNet short conv and gates
   (:mod:`specpilot.kernels.short_conv`), the residual add + RMSNorm
   (:mod:`specpilot.kernels.add_rms_norm`), the KV-cache write (:mod:`specpilot.kernels.kv_write`)
   and the q/k norm + rotary (:mod:`specpilot.kernels.qk_norm_rope`);
@@ -208,8 +208,8 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
 
             # the engine's own decode kernels (short_conv, add_rms_norm, kv_write,
             # qk_norm_rope): one launch each
-            one_launch = {"short_conv_silu": (short_conv.short_conv_silu,
-                                              short_conv.short_conv_silu_ref),
+            one_launch = {"conv_silu_gates": (short_conv.conv_silu_gates,
+                                              short_conv.conv_silu_gates_ref),
                           "add_rms_norm": (add_norm.add_rms_norm, add_norm.add_rms_norm_ref),
                           "kv_write": (kv_write.kv_write, kv_write.kv_write_ref),
                           "qk_norm_rope": (qk_norm_rope.qk_norm_rope,

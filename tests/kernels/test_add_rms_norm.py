@@ -3,6 +3,7 @@ interpreter, for both weight conventions; the stored sum is the rounded sum, bit
 
 import pytest
 import torch
+
 from specpilot.engines.models.layers import rms_norm
 from specpilot.engines.models.layers import zero_centered_rms_norm
 from specpilot.kernels.add_rms_norm import add_rms_norm

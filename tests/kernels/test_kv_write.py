@@ -4,6 +4,7 @@ of a larger cache, and nothing else written."""
 
 import pytest
 import torch
+
 from specpilot.kernels.kv_write import kv_write
 from specpilot.kernels.kv_write.reference import kv_write_ref
 

@@ -4,6 +4,7 @@ the reference is the model's own ops (norm, then apply_rope)."""
 
 import pytest
 import torch
+
 from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import rms_norm
 from specpilot.engines.models.layers import rope_cos_sin

@@ -1,10 +1,16 @@
-"""The Gated-DeltaNet short-conv step kernel equals the eager engine's ops (its reference) under the
-Triton interpreter: outputs, the committed conv state (in place) and the pending window."""
+"""The Gated-DeltaNet prologue kernel equals the eager engine's ops (its reference) under the
+Triton interpreter: conv outputs, the committed conv state (in place), the pending window, and the
+gates computed alongside."""
 
 import pytest
 import torch
-from specpilot.kernels.short_conv import short_conv_silu
+
+from specpilot.kernels.short_conv import conv_silu_gates
+from specpilot.kernels.short_conv.reference import conv_silu_gates_ref
 from specpilot.kernels.short_conv.reference import short_conv_silu_ref
+from specpilot.kernels.short_conv.triton import conv_silu_gates_triton
+
+HEADS = 6
 
 
 def inputs(seqs: int, tokens: int, channels: int, dtype, seed: int, expanded: bool = False):
@@ -12,10 +18,15 @@ def inputs(seqs: int, tokens: int, channels: int, dtype, seed: int, expanded: bo
     state = torch.randn(1 if expanded else seqs, channels, 3, generator=g).to(dtype)
     if expanded:  # a tree's paths all start from the one committed state
         state = state.expand(seqs, -1, -1)
-    # the in_proj output's conv part: a column slice of a wider [S, T, *] tensor
-    wide = torch.randn(seqs, tokens, channels + 9, generator=g).to(dtype)
+    # the in_proj output: the conv part, then b and a, column slices of one [S, T, *] tensor
+    wide = (torch.randn(seqs, tokens, channels + 2 * HEADS + 9, generator=g) * 4).to(dtype)
     weight = (torch.randn(channels, 4, generator=g) * 0.5).to(dtype)
-    return state, wide[:, :, 2:2 + channels], weight
+    x = wide[:, :, 2:2 + channels]
+    b, a = wide[:, :, 2 + channels:2 + channels + HEADS], wide[:, :, 2 + channels + HEADS:-7]
+    a[..., 0], a[..., 1] = 25.0, -18.0  # softplus's identity branch and its exp(x) tail
+    a_log = torch.empty(HEADS).uniform_(0.0, 2.8, generator=g).to(dtype)
+    dt_bias = torch.randn(HEADS, generator=g).to(dtype)
+    return state, x, weight, (a, b, a_log, dt_bias)
 
 
 def close(a: torch.Tensor, b: torch.Tensor, dtype) -> bool:
@@ -29,30 +40,34 @@ def close(a: torch.Tensor, b: torch.Tensor, dtype) -> bool:
 
 @pytest.mark.parametrize("seqs,tokens,channels", [(1, 1, 37), (2, 2, 130), (1, 6, 257)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_commit_updates_the_state_in_place(seqs, tokens, channels, dtype):
-    state, x, weight = inputs(seqs, tokens, channels, dtype, seed=tokens)
+def test_commit_updates_the_state_in_place_and_computes_the_gates(seqs, tokens, channels, dtype):
+    state, x, weight, gate_inputs = inputs(seqs, tokens, channels, dtype, seed=tokens)
     ref_state = state.clone()
-    ref_out, _ = short_conv_silu_ref(ref_state, x, weight, commit=True)
-    out, window = short_conv_silu(state, x, weight, commit=True)
+    ref_out, _, ref_beta, ref_g = conv_silu_gates_ref(ref_state, x, weight, True, None,
+                                                      *gate_inputs)
+    out, window, beta, g = conv_silu_gates(state, x, weight, True, None, *gate_inputs)
     assert window is None and out.shape == (seqs, tokens, channels) and out.dtype == dtype
     assert close(out, ref_out, dtype)
     assert torch.equal(state, ref_state)  # a pure copy: bit-exact
+    assert beta.dtype == dtype and g.dtype == torch.float32
+    assert close(beta, ref_beta, dtype)
+    assert torch.allclose(g, ref_g, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("seqs,tokens,expanded", [(2, 5, False), (3, 1, True), (4, 8, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_pending_rows_keep_the_window_and_leave_the_state(seqs, tokens, expanded, dtype):
-    state, x, weight = inputs(seqs, tokens, 70, dtype, seed=seqs, expanded=expanded)
+    state, x, weight, _ = inputs(seqs, tokens, 70, dtype, seed=seqs, expanded=expanded)
     before = state.clone()
     ref_out, ref_window = short_conv_silu_ref(state, x, weight, commit=False)
     buffer = torch.full((seqs, 70, 3 + tokens), float("nan"), dtype=dtype)
-    out, window = short_conv_silu(state, x, weight, commit=False, window_out=buffer)
+    out, window = conv_silu_gates_triton(state, x, weight, commit=False, window_out=buffer)
     assert window is buffer and torch.equal(window, ref_window)
     assert close(out, ref_out, dtype)
     assert torch.equal(state, before)
 
 
 def test_rejects_a_commit_into_an_expanded_state():
-    state, x, weight = inputs(3, 2, 16, torch.float32, seed=0, expanded=True)
+    state, x, weight, _ = inputs(3, 2, 16, torch.float32, seed=0, expanded=True)
     with pytest.raises(ValueError, match="expanded"):
-        short_conv_silu(state, x, weight, commit=True)
+        conv_silu_gates_triton(state, x, weight, commit=True)
