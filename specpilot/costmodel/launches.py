@@ -19,8 +19,9 @@ engine is simulated, from the code the GPU runs:
 - ``fused_elementwise``: each ``torch.compile``d element-wise function is one fused kernel, and so
   is each of the engine's own decode kernels: the Gated-DeltaNet short conv and gates
   (:mod:`specpilot.kernels.short_conv`), the residual add + RMSNorm
-  (:mod:`specpilot.kernels.add_rms_norm`), the KV-cache write (:mod:`specpilot.kernels.kv_write`)
-  and the q/k norm + rotary (:mod:`specpilot.kernels.qk_norm_rope`);
+  (:mod:`specpilot.kernels.add_rms_norm`), the KV-cache write (:mod:`specpilot.kernels.kv_write`),
+  the Gated-DeltaNet output norm (:mod:`specpilot.kernels.gated_rms_norm`) and the q/k norm +
+  rotary (:mod:`specpilot.kernels.qk_norm_rope`);
 - Gated DeltaNet: :func:`specpilot.kernels.gated_delta_rule.dispatch._fla` runs as on CUDA (its
   ``.contiguous()`` copies, its per-token loop for snapshots, its ``cat``/``stack``), each fla-core
   ``fused_recurrent_gated_delta_rule`` call counting one kernel: fla's ``fused_recurrent.py``
@@ -160,6 +161,7 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
     rule) on CPU tensors."""
     from specpilot.engines.models import layers
     from specpilot.kernels import add_rms_norm as add_norm
+    from specpilot.kernels import gated_rms_norm as gated_norm
     from specpilot.kernels import kv_write
     from specpilot.kernels import qk_norm_rope
     from specpilot.kernels import short_conv
@@ -207,11 +209,13 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
             stack.enter_context(mock.patch.object(layers, "compiled", compiled))
 
             # the engine's own decode kernels (short_conv, add_rms_norm, kv_write,
-            # qk_norm_rope): one launch each
+            # gated_rms_norm, qk_norm_rope): one launch each
             one_launch = {"conv_silu_gates": (short_conv.conv_silu_gates,
                                               short_conv.conv_silu_gates_ref),
                           "add_rms_norm": (add_norm.add_rms_norm, add_norm.add_rms_norm_ref),
                           "kv_write": (kv_write.kv_write, kv_write.kv_write_ref),
+                          "gated_rms_norm_kernel": (gated_norm.gated_rms_norm,
+                                                    gated_norm.gated_rms_norm_ref),
                           "qk_norm_rope": (qk_norm_rope.qk_norm_rope,
                                            qk_norm_rope.qk_norm_rope_ref)}
             for name, (kernel, reference) in one_launch.items():
