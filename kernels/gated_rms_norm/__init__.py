@@ -1,8 +1,9 @@
 """The Gated-DeltaNet output norm, ``weight * norm(x) * silu(gate)``, as one kernel of our own.
 
 Compiled by inductor it is one kernel too, but its reduction config is picked by a timing at the
-first call, and two H200 runs of the same code took 1.8 and 4.7 us per call for it (48 calls per
-Qwen3.8-27B decode step: results/h200-2026-11-30-profile-w12-fused*.json). This one is fixed.
+first call: two H200 runs, with this norm's code the same in both, took 1.8 and 4.7 us per call
+for it (48 calls per Qwen3.8-27B decode step: results/h200-2026-11-30-profile-w12-fused-run1.json
+and -run2.json). This one has a fixed config.
 
 Engine entry point::
 
