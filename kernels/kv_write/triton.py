@@ -1,5 +1,5 @@
-"""Triton kernel for :mod:`specpilot.kernels.kv_write`: program (b, t) reads its position, and
-copies row t's k and v heads into the slot, and the position into the slot's position."""
+"""Triton kernel for :mod:`specpilot.kernels.kv_write`: program (b * T + t, head chunk) reads row
+t's position, copies its k and v heads into the slot and the position into the slot's position."""
 
 import torch
 import triton
@@ -13,17 +13,17 @@ def kv_write_kernel(ck_ptr, cv_ptr, cpos_ptr, k_ptr, v_ptr, pos_ptr, T, S, HD,
                     stride_ckb, stride_cks, stride_cvb, stride_cvs, stride_pb, stride_kb,
                     stride_kt, stride_vb, stride_vt, stride_qb, stride_qt,
                     BLOCK: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)
-    t = tl.program_id(1)
+    row = tl.program_id(0).to(tl.int64)  # b * T + t: grid axis 0 has no 65535 cap
+    b, t = row // T, row % T
     p = tl.load(pos_ptr + b * stride_qb + t * stride_qt)
     slot = p % S
-    offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < HD
     k = tl.load(k_ptr + b * stride_kb + t * stride_kt + offs, mask=mask)
     v = tl.load(v_ptr + b * stride_vb + t * stride_vt + offs, mask=mask)
     tl.store(ck_ptr + b * stride_ckb + slot * stride_cks + offs, k, mask=mask)
     tl.store(cv_ptr + b * stride_cvb + slot * stride_cvs + offs, v, mask=mask)
-    if tl.program_id(2) == 0:
+    if tl.program_id(1) == 0:
         tl.store(cpos_ptr + b * stride_pb + slot, p)
 
 
@@ -44,7 +44,7 @@ def kv_write_triton(cache_k: torch.Tensor, cache_v: torch.Tensor, cache_pos: tor
                          f"{tuple(positions.shape)} do not match")
     hd = heads * dim
     block = min(triton.next_power_of_2(hd), 4096)
-    grid = (batch, tokens, cdiv(hd, block))
+    grid = (batch * tokens, cdiv(hd, block))
     kv_write_kernel[grid](cache_k, cache_v, cache_pos, k, v, positions, tokens,
                           cache_pos.shape[1], hd, cache_k.stride(0), cache_k.stride(1),
                           cache_v.stride(0), cache_v.stride(1), cache_pos.stride(0), k.stride(0),

@@ -23,14 +23,17 @@ from specpilot.kernels.short_conv.reference import short_conv_silu_ref
 
 __all__ = ["conv_silu_gates", "conv_silu_gates_ref", "gdn_gates_ref", "short_conv_silu_ref"]
 
+MAX_TOKENS = 64  # rows per sequence the kernel takes (decode, verify); more go to the reference
+
 
 def conv_silu_gates(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                     commit: bool, window_out: torch.Tensor | None, a: torch.Tensor,
                     b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
     """:func:`conv_silu_gates_ref`'s contract: the Triton kernel on a GPU (or under the
-    interpreter), where it returns None for the window when committing; the reference
-    elsewhere."""
-    if x.is_cuda or interpreting():
+    interpreter) for decode and verify widths (at most ``MAX_TOKENS`` rows: each program walks
+    its rows one after another), where it returns None for the window when committing; the
+    reference elsewhere (a prefill's thousands of rows)."""
+    if (x.is_cuda or interpreting()) and x.shape[1] <= MAX_TOKENS:
         from specpilot.kernels.short_conv.triton import conv_silu_gates_triton
 
         if x.stride(-1) != 1:
