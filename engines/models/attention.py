@@ -17,8 +17,9 @@ class CachedAttention(Fusable):
 
     ``output_gate``: q_proj emits [query | gate] per head and the output is multiplied by
     sigmoid(gate) before o_proj (Qwen3.5 gated attention). q/k/v run as one merged GEMM
-    (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks. Fused, q and k are
-    normed and rotated by one kernel, the visibility mask is one, the KV write one and the gate one.
+    (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks. Fused, q and
+    k are normed and rotated by one kernel, the visibility mask is one, the KV write one and the
+    gate one.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,

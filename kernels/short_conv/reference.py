@@ -19,7 +19,8 @@ def short_conv_silu_ref(conv_state: torch.Tensor, x: torch.Tensor, weight: torch
         (out [S, T, C] in ``weight.dtype``, the window [S, C, K-1+T] in ``conv_state.dtype``).
     """
     parts = [conv_state, x.transpose(1, 2).to(conv_state.dtype)]
-    window = torch.cat(parts, dim=-1) if window_out is None else torch.cat(parts, -1, out=window_out)
+    window = (torch.cat(parts, dim=-1) if window_out is None
+              else torch.cat(parts, dim=-1, out=window_out))
     conv = F.conv1d(window.to(weight.dtype), weight.unsqueeze(1), groups=weight.shape[0])
     if commit:
         conv_state.copy_(window[:, :, window.shape[-1] - conv_state.shape[-1]:])

@@ -33,5 +33,6 @@ def test_equals_reference(batch, tokens, heads, dim, slots, dtype):
 def test_rejects_mismatched_shapes():
     cache = torch.zeros(1, 4, 2, 8)
     with pytest.raises(ValueError, match="do not match"):
-        kv_write(cache, cache.clone(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 1, 2, 8),
-                 torch.zeros(1, 1, 2, 8), torch.zeros(1, 2, dtype=torch.long))
+        kv_write(cache, cache.clone(), torch.zeros(1, 4, dtype=torch.long),
+                 torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8),
+                 torch.zeros(1, 2, dtype=torch.long))
