@@ -3,7 +3,7 @@
 Program (s, c block): each output row t reads its K window values straight from ``conv_state``
 (window positions below K-1) or ``x`` (the rest), sums them times the filter in fp32 in tap order,
 rounds to the weight dtype (as the conv's output) and applies SiLU in fp32. Then it writes the
-window (``KEEP``: the pending rows of a speculative verify) or the new conv state in place
+window (the pending rows of a speculative verify) or the new conv state in place
 (``COMMIT``: after a barrier, since a program reads state columns its own threads overwrite).
 Programs (s, 0) also compute sequence s's gates, one row of heads per token.
 """
@@ -63,14 +63,11 @@ def short_conv_silu_kernel(state_ptr, x_ptr, w_ptr, out_ptr, win_ptr, C, T,
                            a_ptr, b_ptr, alog_ptr, dtb_ptr, beta_ptr, g_ptr, HV, stride_as,
                            stride_at, stride_bs, stride_bt,
                            K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
-                           COMMIT: tl.constexpr, KEEP: tl.constexpr, GATES: tl.constexpr,
-                           BLOCK_HV: tl.constexpr):
+                           COMMIT: tl.constexpr, BLOCK_HV: tl.constexpr):
     s = tl.program_id(0).to(tl.int64)
-    if GATES:
-        if tl.program_id(1) == 0:
-            gates(a_ptr + s * stride_as, b_ptr + s * stride_bs, alog_ptr, dtb_ptr,
-                  beta_ptr + s * T * HV, g_ptr + s * T * HV, T, HV, stride_at, stride_bt,
-                  BLOCK_HV)
+    if tl.program_id(1) == 0:
+        gates(a_ptr + s * stride_as, b_ptr + s * stride_bs, alog_ptr, dtb_ptr,
+              beta_ptr + s * T * HV, g_ptr + s * T * HV, T, HV, stride_at, stride_bt, BLOCK_HV)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_mask = offs_c < C
     state_row = state_ptr + s * stride_ss
@@ -85,14 +82,14 @@ def short_conv_silu_kernel(state_ptr, x_ptr, w_ptr, out_ptr, win_ptr, C, T,
         y = acc.to(w_ptr.dtype.element_ty).to(tl.float32)
         y = y / (1.0 + tl.exp(-y))
         tl.store(out_row + t * C + offs_c, y.to(out_ptr.dtype.element_ty), mask=c_mask)
-    if KEEP:  # the whole window, for the rows that stay pending
+    if not COMMIT:  # the whole window, for the rows that stay pending
         win_row = win_ptr + s * stride_ws + offs_c[:, None] * stride_wc
         for p0 in range(0, K - 1 + T, KP):
             p = p0 + tl.arange(0, KP)[None, :]
             keep = c_mask[:, None] & (p < K - 1 + T)
             v = window_at(state_row, x_row, offs_c[:, None], keep, p, stride_sc, stride_xt, K)
             tl.store(win_row + p, v, mask=keep)
-    if COMMIT:  # the window's last K-1 columns become the state
+    else:  # the window's last K-1 columns become the state
         j = tl.arange(0, KP)[None, :]
         keep = c_mask[:, None] & (j < K - 1)
         v = window_at(state_row, x_row, offs_c[:, None], keep, T + j, stride_sc, stride_xt, K)
@@ -101,10 +98,9 @@ def short_conv_silu_kernel(state_ptr, x_ptr, w_ptr, out_ptr, win_ptr, C, T,
 
 
 def conv_silu_gates_triton(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                           commit: bool, window_out: torch.Tensor | None = None, a=None, b=None,
-                           A_log=None, dt_bias=None):
-    """Same contract as :func:`~specpilot.kernels.short_conv.reference.conv_silu_gates_ref`
-    (without a, b, A_log, dt_bias: :func:`~.reference.short_conv_silu_ref`'s, no gates); the
+                           commit: bool, window_out: torch.Tensor | None, a: torch.Tensor,
+                           b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
+    """Same contract as :func:`~specpilot.kernels.short_conv.reference.conv_silu_gates_ref`; the
     window is only materialised when the rows stay pending (``commit`` False): committing returns
     None for it."""
     num_seqs, num_tokens, channels = x.shape
@@ -116,10 +112,9 @@ def conv_silu_gates_triton(conv_state: torch.Tensor, x: torch.Tensor, weight: to
                          "do not match")
     if commit and num_seqs > 1 and conv_state.stride(0) == 0:
         raise ValueError("conv_silu_gates: cannot commit into an expanded conv state")
-    with_gates = a is not None
-    if with_gates and (a.shape != b.shape or a.shape[:2] != (num_seqs, num_tokens)
-                       or a.stride(2) != 1 or b.stride(2) != 1
-                       or A_log.shape != (a.shape[2],) or dt_bias.shape != A_log.shape):
+    heads = a.shape[2]
+    if (a.shape != b.shape or a.shape[:2] != (num_seqs, num_tokens) or a.stride(2) != 1
+            or b.stride(2) != 1 or A_log.shape != (heads,) or dt_bias.shape != A_log.shape):
         raise ValueError(f"conv_silu_gates: a {tuple(a.shape)}, b {tuple(b.shape)}, A_log "
                          f"{tuple(A_log.shape)}, dt_bias {tuple(dt_bias.shape)} do not match")
     out = torch.empty(num_seqs, num_tokens, channels, dtype=weight.dtype, device=x.device)
@@ -130,19 +125,13 @@ def conv_silu_gates_triton(conv_state: torch.Tensor, x: torch.Tensor, weight: to
         if window.stride(2) != 1:
             raise ValueError("conv_silu_gates: the window buffer's last dim must be contiguous")
     win = window if window is not None else out  # unused when committing
-    if with_gates:
-        beta = torch.empty(a.shape, dtype=b.dtype, device=b.device)
-        g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
-        gate_args = (a, b, A_log, dt_bias, beta, g, a.shape[2], a.stride(0), a.stride(1),
-                     b.stride(0), b.stride(1))
-    else:
-        beta = g = None
-        gate_args = (out, out, out, out, out, out, 1, 0, 0, 0, 0)  # unused
+    beta = torch.empty(a.shape, dtype=b.dtype, device=b.device)
+    g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
     grid = (num_seqs, cdiv(channels, BLOCK_C))
     short_conv_silu_kernel[grid](
         conv_state, x, weight, out, win, channels, num_tokens, conv_state.stride(0),
-        conv_state.stride(1), x.stride(0), x.stride(1), win.stride(0), win.stride(1), *gate_args,
-        K=kernel, KP=triton.next_power_of_2(kernel - 1), BLOCK_C=BLOCK_C, COMMIT=commit,
-        KEEP=not commit, GATES=with_gates, BLOCK_HV=triton.next_power_of_2(gate_args[6]),
-        num_warps=NUM_WARPS)
-    return (out, window, beta, g) if with_gates else (out, window)
+        conv_state.stride(1), x.stride(0), x.stride(1), win.stride(0), win.stride(1), a, b, A_log,
+        dt_bias, beta, g, heads, a.stride(0), a.stride(1), b.stride(0), b.stride(1), K=kernel,
+        KP=triton.next_power_of_2(kernel - 1), BLOCK_C=BLOCK_C, COMMIT=commit,
+        BLOCK_HV=triton.next_power_of_2(heads), num_warps=NUM_WARPS)
+    return out, window, beta, g

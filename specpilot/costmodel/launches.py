@@ -157,8 +157,8 @@ class _Labels:
 
 @contextlib.contextmanager
 def _gpu_paths(counter: KernelCounter, fused: bool):
-    """Run the CUDA-only paths (fused element-wise, the short-conv kernel, fla-core gated delta
-    rule) on CPU tensors."""
+    """Run the CUDA-only paths (fused element-wise, the engine's own decode kernels, fla-core gated
+    delta rule) on CPU tensors."""
     from specpilot.engines.models import layers
     from specpilot.kernels import add_rms_norm as add_norm
     from specpilot.kernels import gated_rms_norm as gated_norm
@@ -188,28 +188,17 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
                 return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
         return dispatch._fla(q, k, v, g, beta, initial_state, keep_steps, steps_out)
 
-    def compiled(fn):
-        def run(*args, **kwargs):
-            with counter.opaque(1):
-                return fn(*args, **kwargs)
-        return run
-
     with contextlib.ExitStack() as stack:
         stubs = {"fla": types.ModuleType("fla"), "fla.ops": types.ModuleType("fla.ops"),
                  "fla.ops.gated_delta_rule": fla}
         saved = {name: sys.modules.get(name) for name in stubs}
         sys.modules.update(stubs)  # only these keys: modules first imported meanwhile stay
         stack.callback(_restore_modules, saved)
-        original = dispatch.gated_delta_rule
-        for module in list(sys.modules.values()):  # every call site that imported the dispatcher
-            if getattr(module, "__name__", "").startswith("specpilot.") and \
-                    getattr(module, "gated_delta_rule", None) is original:
-                stack.enter_context(mock.patch.object(module, "gated_delta_rule", fla_path))
+        _patch_call_sites(stack, "gated_delta_rule", dispatch.gated_delta_rule, fla_path)
         if fused:
-            stack.enter_context(mock.patch.object(layers, "compiled", compiled))
-
-            # the engine's own decode kernels (short_conv, add_rms_norm, kv_write,
-            # gated_rms_norm, qk_norm_rope): one launch each
+            stack.enter_context(mock.patch.object(layers, "compiled",
+                                                  lambda fn: _opaque(counter, fn)))
+            # the engine's own decode kernels: one launch each, whatever their reference runs
             one_launch = {"conv_silu_gates": (short_conv.conv_silu_gates,
                                               short_conv.conv_silu_gates_ref),
                           "add_rms_norm": (add_norm.add_rms_norm, add_norm.add_rms_norm_ref),
@@ -219,12 +208,17 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
                           "qk_norm_rope": (qk_norm_rope.qk_norm_rope,
                                            qk_norm_rope.qk_norm_rope_ref)}
             for name, (kernel, reference) in one_launch.items():
-                for module in list(sys.modules.values()):
-                    if getattr(module, "__name__", "").startswith("specpilot.engines.") and \
-                            getattr(module, name, None) is kernel:
-                        stack.enter_context(mock.patch.object(module, name, _opaque(counter,
-                                                                                    reference)))
+                _patch_call_sites(stack, name, kernel, _opaque(counter, reference))
         yield
+
+
+def _patch_call_sites(stack: contextlib.ExitStack, name: str, original, replacement) -> None:
+    """Replace ``original`` by ``replacement`` in every loaded specpilot module that imported it
+    as ``name`` (for as long as ``stack`` is open)."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("specpilot.") and \
+                getattr(module, name, None) is original:
+            stack.enter_context(mock.patch.object(module, name, replacement))
 
 
 def _opaque(counter, fn):

@@ -8,7 +8,6 @@ import torch
 from specpilot.kernels.short_conv import conv_silu_gates
 from specpilot.kernels.short_conv.reference import conv_silu_gates_ref
 from specpilot.kernels.short_conv.reference import short_conv_silu_ref
-from specpilot.kernels.short_conv.triton import conv_silu_gates_triton
 
 HEADS = 6
 
@@ -57,17 +56,17 @@ def test_commit_updates_the_state_in_place_and_computes_the_gates(seqs, tokens, 
 @pytest.mark.parametrize("seqs,tokens,expanded", [(2, 5, False), (3, 1, True), (4, 8, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_pending_rows_keep_the_window_and_leave_the_state(seqs, tokens, expanded, dtype):
-    state, x, weight, _ = inputs(seqs, tokens, 70, dtype, seed=seqs, expanded=expanded)
+    state, x, weight, gate_inputs = inputs(seqs, tokens, 70, dtype, seed=seqs, expanded=expanded)
     before = state.clone()
     ref_out, ref_window = short_conv_silu_ref(state, x, weight, commit=False)
     buffer = torch.full((seqs, 70, 3 + tokens), float("nan"), dtype=dtype)
-    out, window = conv_silu_gates_triton(state, x, weight, commit=False, window_out=buffer)
+    out, window, _, _ = conv_silu_gates(state, x, weight, False, buffer, *gate_inputs)
     assert window is buffer and torch.equal(window, ref_window)
     assert close(out, ref_out, dtype)
     assert torch.equal(state, before)
 
 
 def test_rejects_a_commit_into_an_expanded_state():
-    state, x, weight, _ = inputs(3, 2, 16, torch.float32, seed=0, expanded=True)
+    state, x, weight, gate_inputs = inputs(3, 2, 16, torch.float32, seed=0, expanded=True)
     with pytest.raises(ValueError, match="expanded"):
-        conv_silu_gates_triton(state, x, weight, commit=True)
+        conv_silu_gates(state, x, weight, True, None, *gate_inputs)
