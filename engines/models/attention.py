@@ -10,6 +10,8 @@ from specpilot.engines.models.layers import apply_rope
 from specpilot.engines.models.layers import masked_attention
 from specpilot.engines.models.layers import sigmoid_gate
 from specpilot.kernels.qk_norm_rope import qk_norm_rope
+from specpilot.kernels.slot_attention import MAX_ROWS
+from specpilot.kernels.slot_attention import slot_attention
 
 
 class CachedAttention(Fusable):
@@ -18,8 +20,8 @@ class CachedAttention(Fusable):
     ``output_gate``: q_proj emits [query | gate] per head and the output is multiplied by
     sigmoid(gate) before o_proj (Qwen3.5 gated attention). q/k/v run as one merged GEMM
     (``qkv_proj``); the checkpoint's q_proj/k_proj/v_proj load into its row blocks. Fused, q and
-    k are normed and rotated by one kernel, the visibility mask is one, the KV write one and the
-    gate one.
+    k are normed and rotated by one kernel, the KV write is one, and the masked attention and
+    gate two (:mod:`specpilot.kernels.slot_attention`; a tree view keeps the mask and SDPA).
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
@@ -42,7 +44,6 @@ class CachedAttention(Fusable):
         q, k, v = self.qkv_proj.forward_split(x)
         if self.output_gate:
             q, gate = q.reshape(batch, num_tokens, -1, 2 * self.head_dim).chunk(2, dim=-1)
-            gate = gate.reshape(batch, num_tokens, -1)
         else:
             q, gate = q.reshape(batch, num_tokens, -1, self.head_dim), None
         k = k.reshape(batch, num_tokens, -1, self.head_dim)
@@ -54,9 +55,13 @@ class CachedAttention(Fusable):
         else:
             q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
         kv.write(k, v, positions, fused=self.fused)
-        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op),
-                               self.head_dim ** -0.5)
+        scale = self.head_dim ** -0.5
+        if self.fused and kv.tree is None and batch * num_tokens <= MAX_ROWS:
+            # decode and verify widths: mask, attention and gate in two kernels
+            out = slot_attention(q, kv.k, kv.v, kv.pos, positions, scale, kv.window, gate)
+            return self.o_proj(out.reshape(batch, num_tokens, -1))
+        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op), scale)
         out = out.reshape(batch, num_tokens, -1)
         if gate is not None:
-            out = self.op(sigmoid_gate)(out, gate)
+            out = self.op(sigmoid_gate)(out, gate.reshape(batch, num_tokens, -1))
         return self.o_proj(out)

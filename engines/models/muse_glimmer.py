@@ -28,6 +28,8 @@ from specpilot.engines.models.layers import masked_attention
 from specpilot.engines.models.layers import sigmoid_gate
 from specpilot.engines.models.target import TargetModel
 from specpilot.engines.models.target import eos_ids
+from specpilot.kernels.slot_attention import MAX_ROWS
+from specpilot.kernels.slot_attention import slot_attention
 
 PREFILL_CHUNK = 256
 
@@ -128,8 +130,13 @@ class MuseGlimmerAttention(Fusable):
             q, k = self.op(qk_norm)(q, k, self.eps, self.qk_scale)
         v = v.view(batch, num_tokens, -1, self.head_dim)
         kv.write(k, v, positions, fused=self.fused)
-        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op),
-                               self.head_dim ** -0.5)
+        scale = self.head_dim ** -0.5
+        if self.fused and kv.tree is None and batch * num_tokens <= MAX_ROWS:
+            # decode and verify widths: mask, attention and gate in two kernels
+            out = slot_attention(q, kv.k, kv.v, kv.pos, positions, scale, kv.window,
+                                 gate.view(batch, num_tokens, -1, self.head_dim))
+            return self.o_proj(out.reshape(batch, num_tokens, -1))
+        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op), scale)
         out = self.op(sigmoid_gate)(out.reshape(batch, num_tokens, -1), gate)
         return self.o_proj(out)
 

@@ -20,8 +20,9 @@ engine is simulated, from the code the GPU runs:
   is each of the engine's own decode kernels: the Gated-DeltaNet short conv and gates
   (:mod:`specpilot.kernels.short_conv`), the residual add + RMSNorm
   (:mod:`specpilot.kernels.add_rms_norm`), the KV-cache write (:mod:`specpilot.kernels.kv_write`),
-  the Gated-DeltaNet output norm (:mod:`specpilot.kernels.gated_rms_norm`) and the q/k norm +
-  rotary (:mod:`specpilot.kernels.qk_norm_rope`);
+  the Gated-DeltaNet output norm (:mod:`specpilot.kernels.gated_rms_norm`), the q/k norm +
+  rotary (:mod:`specpilot.kernels.qk_norm_rope`) and, at decode and verify widths, the masked
+  attention with its output gate (:mod:`specpilot.kernels.slot_attention`, two kernels);
 - Gated DeltaNet: :func:`specpilot.kernels.gated_delta_rule.dispatch._fla` runs as on CUDA (its
   ``.contiguous()`` copies, its per-token loop for snapshots, its ``cat``/``stack``), each fla-core
   ``fused_recurrent_gated_delta_rule`` call counting one kernel: fla's ``fused_recurrent.py``
@@ -165,6 +166,7 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
     from specpilot.kernels import kv_write
     from specpilot.kernels import qk_norm_rope
     from specpilot.kernels import short_conv
+    from specpilot.kernels import slot_attention
     from specpilot.kernels.gated_delta_rule import dispatch
     from specpilot.kernels.gated_delta_rule.reference import gated_delta_rule_ref
 
@@ -209,6 +211,9 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
                                            qk_norm_rope.qk_norm_rope_ref)}
             for name, (kernel, reference) in one_launch.items():
                 _patch_call_sites(stack, name, kernel, _opaque(counter, reference))
+            _patch_call_sites(stack, "slot_attention", slot_attention.slot_attention,
+                              _opaque(counter, slot_attention.slot_attention_ref,
+                                      slot_attention.LAUNCHES))
         yield
 
 
@@ -221,10 +226,10 @@ def _patch_call_sites(stack: contextlib.ExitStack, name: str, original, replacem
             stack.enter_context(mock.patch.object(module, name, replacement))
 
 
-def _opaque(counter, fn):
-    """``fn`` counted as one kernel, whatever ops it runs."""
+def _opaque(counter, fn, launches: int = 1):
+    """``fn`` counted as ``launches`` kernels, whatever ops it runs."""
     def run(*args, **kwargs):
-        with counter.opaque(1):
+        with counter.opaque(launches):
             return fn(*args, **kwargs)
     return run
 
