@@ -214,8 +214,7 @@ class GDNState:
         q, k, v, g, beta = pending.inputs
         drop = index.dropped_rows(q.shape[1])[..., None]  # [B, T, 1]
         g, beta = g.masked_fill(drop, 0.0), beta.masked_fill(drop, 0.0)
-        _, final, _ = gated_delta_rule(q, k, v, g, beta, self.recurrent)
-        self.recurrent.copy_(final)
+        gated_delta_rule(q, k, v, g, beta, self.recurrent, final_out=self.recurrent)
 
 
 class CommitIndex:

@@ -138,13 +138,16 @@ class Qwen3_5GatedDeltaNet(Fusable):
             g, beta = g.masked_fill(drop, 0.0), beta.masked_fill(drop, 0.0)
         keep_steps = not commit_all and state.rollback == "snapshot"
         buffer = state.snapshot_buffer(num_seqs, num_tokens) if keep_steps else None
+        # a commit updates the cache's recurrent state in place
+        into = state.recurrent if commit_all and recurrent is state.recurrent else None
         out, final, steps = gated_delta_rule(q, k, v, g, beta, recurrent, keep_steps, buffer,
-                                             state.snapshot_kernel)
+                                             state.snapshot_kernel, into)
         if commit_all:
             if not commit_conv:  # the conv state after each sequence's real rows
                 state.conv.copy_(window.gather(2, state.padding.conv_window(
                     window, state.conv.shape[-1])))
-            state.recurrent.copy_(final)
+            if final is not state.recurrent:
+                state.recurrent.copy_(final)
         else:
             state.pending = PendingRows(window, steps, None if keep_steps else (q, k, v, g, beta))
         return out

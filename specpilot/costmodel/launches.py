@@ -27,8 +27,10 @@ engine is simulated, from the code the GPU runs:
   ``.contiguous()`` copies, its per-token loop for snapshots, its ``cat``/``stack``), each fla-core
   ``fused_recurrent_gated_delta_rule`` call counting one kernel: fla's ``fused_recurrent.py``
   allocates its outputs and launches one Triton kernel (``fused_recurrent_gated_delta_rule_fwd_kernel``,
-  l2-norm in kernel); read from its source, fla-core being absent from CPU boxes. Decode widths
-  (<= 64 rows) never reach the chunked kernel;
+  l2-norm in kernel); read from its source, fla-core being absent from CPU boxes. A commit that
+  stores the final state in place (:func:`~specpilot.kernels.gated_delta_rule.dispatch._fused_recurrent_into`)
+  is that one kernel without the state copy. Decode widths (<= 64 rows) never reach the chunked
+  kernel;
 - ``cuda_graphs``: every phase copies its two step inputs into the captured tensors
   (``CapturedStep.__call__``), ``GRAPH_INPUT_COPIES`` more kernels; ``torch.tensor`` uploads inside a
   phase (the commit's two scalars) are one copy each.
@@ -183,12 +185,17 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
     fla = types.ModuleType("fla.ops.gated_delta_rule")
     fla.fused_recurrent_gated_delta_rule, fla.chunk_gated_delta_rule = fused_recurrent, chunked
 
-    def fla_path(q, k, v, g, beta, initial_state, keep_steps=False, steps_out=None,
-                 steps_kernel="per-token"):
+    def fla_path(q, k, v, g, beta, initial_state, keep_steps, steps_out, steps_kernel, final_out):
         if keep_steps and steps_kernel == "fused":  # kernels/gated_delta_rule/steps.py: one launch
             with counter.opaque(1):
                 return gated_delta_rule_ref(q, k, v, g, beta, initial_state, keep_steps)
-        return dispatch._fla(q, k, v, g, beta, initial_state, keep_steps, steps_out)
+        return dispatch._fla(q, k, v, g, beta, initial_state, keep_steps, steps_out, final_out)
+
+    def recurrent_into(q, k, v, g, beta, initial_state, final_state):  # one fla launch, in place
+        with counter.opaque(FLA_FUSED_RECURRENT_KERNELS):
+            out, final, _ = gated_delta_rule_ref(q, k, v, g, beta, initial_state)
+            final_state.copy_(final)
+        return out
 
     with contextlib.ExitStack() as stack:
         stubs = {"fla": types.ModuleType("fla"), "fla.ops": types.ModuleType("fla.ops"),
@@ -196,7 +203,8 @@ def _gpu_paths(counter: KernelCounter, fused: bool):
         saved = {name: sys.modules.get(name) for name in stubs}
         sys.modules.update(stubs)  # only these keys: modules first imported meanwhile stay
         stack.callback(_restore_modules, saved)
-        _patch_call_sites(stack, "gated_delta_rule", dispatch.gated_delta_rule, fla_path)
+        stack.enter_context(mock.patch.object(dispatch, "_run", fla_path))
+        stack.enter_context(mock.patch.object(dispatch, "_fused_recurrent_into", recurrent_into))
         if fused:
             stack.enter_context(mock.patch.object(layers, "compiled",
                                                   lambda fn: _opaque(counter, fn)))
