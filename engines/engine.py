@@ -155,6 +155,16 @@ class Engine:
     def _decode_fn(self, cache, ids, positions):
         return self.target(ids, positions, cache, commit_all=True).logits[:, 0]
 
+    def _decode_next_fn(self, cache, ids, positions):
+        """A greedy AR step that feeds itself: (logits [1, V], token [1]), and the token becomes
+        ``ids`` and ``positions`` moves on by one, so the step can run again before the host has
+        read its token (:meth:`_ar_chain`)."""
+        logits = self._decode_fn(cache, ids, positions)
+        token = logits.argmax(dim=-1)
+        ids.copy_(token[:, None])
+        positions.add_(1)
+        return logits, token
+
     def _draft_fn(self, draft_cache, block_ids, positions, temperature=0.0, generator=None):
         """Drafts [B, W-1] (and q) for draft windows ``block_ids``/``positions`` [B, W]: one block
         (W = the drafter's), or ``recipe.draft_depth`` blocks, each drafted by a pass over the
@@ -254,8 +264,8 @@ class Engine:
             dev, block = self.device, self.block_size
             one = torch.ones(1, dtype=torch.long, device=dev)
             if self.drafter is None:
-                graphs = {"decode": CapturedStep(
-                    lambda ids, positions: self._decode_fn(cache, ids, positions),
+                graphs = {"decode": CapturedStep(  # graphs serve greedy requests only
+                    lambda ids, positions: self._decode_next_fn(cache, ids, positions),
                     {"ids": one[None], "positions": one[None]}, pool)}
             elif self.recipe.tree_verify:
                 graphs = self._tree_graphs(cache, draft_cache, pool)
@@ -377,6 +387,10 @@ class Engine:
         tokens, accept_lengths, verify_widths, tree_paths = list(kept), [], [], []
         committed = num_prompt
         start = time.perf_counter()
+        if self.drafter is None and params.temperature <= 0 and forcer is None and timer is None:
+            step = graphs["decode"] if graphs is not None else self._eager_step(cache)
+            steps = self._ar_chain(tokens, committed, step, stops, params.max_new_tokens)
+            accept_lengths, verify_widths = [1] * steps, [1] * steps
         while len(tokens) < params.max_new_tokens and tokens[-1] not in stops:
             with timer.step() if timer is not None else contextlib.nullcontext():
                 if self.drafter is None:
@@ -448,13 +462,57 @@ class Engine:
         """One target forward of [pending]; returns ([next token], its logits [1, V])."""
         ids, positions = self._scalar(pending)[None], self._scalar(committed)[None]
         with self._phase("verify"):  # an AR step is one target forward
-            if graphs is not None:
-                logits = graphs["decode"](ids=ids, positions=positions)
+            if graphs is not None:  # greedy: the captured step picked the token
+                logits, token = graphs["decode"](ids=ids, positions=positions)
             else:
                 logits = self._decode_fn(cache, ids, positions)
         with self._phase("accept"):
-            token = int(self._pick(logits, params, generator)[0])
+            if graphs is None:
+                token = self._pick(logits, params, generator)
+            token = int(token[0])
         return [token], logits
+
+    def _eager_step(self, cache):
+        """:meth:`_decode_next_fn` over its own input tensors, called as a captured step is:
+        with new inputs, or with none to run on from where the last call left them."""
+        inputs = {}
+
+        def step(**new_inputs):
+            inputs.update((name, value.clone()) for name, value in new_inputs.items())
+            return self._decode_next_fn(cache, **inputs)
+        return step
+
+    def _ar_chain(self, tokens: list[int], committed: int, step, stops: set[int],
+                  max_new_tokens: int) -> int:
+        """Greedy AR decode one step ahead of the host; appends to ``tokens``, returns the steps.
+
+        ``step`` feeds itself (:meth:`_decode_next_fn`), so step k + 1 is queued before step k's
+        token is read: the GPU does not wait for the host between steps (the host's wake-up,
+        bookkeeping and next launch hide behind a step). A stop token is seen one step late:
+        the step queued after it is dropped (it advanced only this request's cache, which the
+        next request resets). Same tokens as :meth:`_ar_step`'s loop: the same forward and argmax.
+        """
+        total = max_new_tokens - len(tokens) if tokens[-1] not in stops else 0
+        cuda = self.device.type == "cuda"
+        staged = [torch.empty(1, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        ready = [torch.cuda.Event() if cuda else None for _ in range(2)]
+        feed = {"ids": self._scalar(tokens[-1])[None], "positions": self._scalar(committed)[None]}
+        launched = read = 0
+        while read < total:
+            while launched < total and launched - read < 2:
+                token = step(**feed)[1]
+                feed = {}
+                staged[launched % 2].copy_(token, non_blocking=cuda)
+                if cuda:
+                    ready[launched % 2].record()
+                launched += 1
+            if cuda:
+                ready[read % 2].synchronize()
+            tokens.append(int(staged[read % 2][0]))
+            read += 1
+            if tokens[-1] in stops:
+                break
+        return read
 
     def _accept(self, drafts, logits, draft_probs, params, generator):
         """(num_accepted [B], next token [B]) under the request's sampling rule."""

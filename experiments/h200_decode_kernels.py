@@ -24,6 +24,7 @@ OUT = Path(os.environ.get("OUT", "/tmp/out"))
 ROUNDS = 5
 # name: (q heads, kv heads, head dim, slots, visible context, window)
 ATTENTION = {"qwen38_full": (24, 4, 256, 512, 300, None),
+             "qwen38_graph_cache": (24, 4, 256, 4096, 200, None),  # the captured engine's cache
              "qwen38_full_long": (24, 4, 256, 4096, 3000, None),
              "muse_sliding": (32, 2, 128, 2304, 3000, 2048),
              "muse_global": (32, 2, 128, 4096, 3000, None)}

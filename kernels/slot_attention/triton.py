@@ -1,7 +1,9 @@
 """Triton kernels for :mod:`specpilot.kernels.slot_attention`: split-slot (flash-decoding) attention.
 
-Pass 1, program (row, kv head, split): the split's slots in ``BLOCK_S`` chunks; a chunk whose
-slots are all invisible to the row's query is skipped without loading K or V. The group's
+Pass 1, program (row, kv head, split): the cache's ``BLOCK_S``-slot chunks ``split``,
+``split + num_splits``, ... (interleaved, so a short context in a large cache still spreads over
+every split); a chunk whose slots are all invisible to the row's query is skipped without loading
+K or V. The group's
 ``Hq / Hkv`` query heads share each K/V load as the rows of one ``tl.dot`` (padded to 16). It
 writes the split's running max, sum and unnormalised output. Pass 2, program (row, q head):
 combines the splits, divides, rounds to the output dtype and applies the output gate.
@@ -18,7 +20,7 @@ import triton.language as tl
 from specpilot.kernels.common.interpret import INTERPRET
 from specpilot.kernels.common.launch import cdiv
 
-MAX_SPLITS = 16
+MAX_SPLITS = 32
 NUM_WARPS = 4
 
 
@@ -37,7 +39,7 @@ def _dot(a, b, IEEE: tl.constexpr):
 @triton.jit
 def slot_attention_split_kernel(
         q_ptr, k_ptr, v_ptr, pos_ptr, qpos_ptr, o_part, m_part, l_part,
-        T, S, HKV, G, D, window, scale, split_slots,
+        T, S, HKV, G, D, window, scale,
         s_qb, s_qt, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_pb, s_qpb, s_qpt,
         BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
         HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr):
@@ -55,11 +57,9 @@ def slot_attention_split_kernel(
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    start = split * split_slots
-    stop = tl.minimum(start + split_slots, S)
-    for s0 in range(start, stop, BLOCK_S):
-        offs_s = s0 + tl.arange(0, BLOCK_S)
-        key_pos = tl.load(pos_ptr + b * s_pb + offs_s, mask=offs_s < stop, other=-1)
+    for chunk in range(split, tl.cdiv(S, BLOCK_S), nsplit):
+        offs_s = chunk * BLOCK_S + tl.arange(0, BLOCK_S)
+        key_pos = tl.load(pos_ptr + b * s_pb + offs_s, mask=offs_s < S, other=-1)
         visible = (key_pos >= 0) & (key_pos <= q_pos)
         if HAS_WINDOW:
             visible = visible & ((q_pos - key_pos) < window)
@@ -113,13 +113,11 @@ def slot_attention_combine_kernel(
     tl.store(out_ptr + pid * D + offs_d, o, mask=mask_d)
 
 
-def split_plan(num_slots: int, head_dim: int) -> tuple[int, int, int]:
-    """``(block_s, split_slots, num_splits)`` for a cache of ``num_slots`` slots: at most
-    :data:`MAX_SPLITS` splits of whole ``block_s`` chunks (a function of the cache, not the rows)."""
+def split_plan(num_slots: int, head_dim: int) -> tuple[int, int]:
+    """``(block_s, num_splits)`` for a cache of ``num_slots`` slots: chunks of ``block_s`` slots
+    dealt to at most :data:`MAX_SPLITS` splits (a function of the cache, not of the rows)."""
     block_s = 32 if head_dim > 128 else 64
-    nsplit = max(1, min(MAX_SPLITS, cdiv(num_slots, block_s)))
-    split_slots = cdiv(cdiv(num_slots, nsplit), block_s) * block_s
-    return block_s, split_slots, cdiv(num_slots, split_slots)
+    return block_s, max(1, min(MAX_SPLITS, cdiv(num_slots, block_s)))
 
 
 def slot_attention_triton(q, cache_k, cache_v, cache_pos, positions, scale, window=None,
@@ -140,7 +138,7 @@ def slot_attention_triton(q, cache_k, cache_v, cache_pos, positions, scale, wind
         if t is not None and t.stride(-1) != 1:
             raise ValueError(f"slot_attention: {name}'s last dim is strided {t.stride()}")
     group = heads // kv_heads
-    block_s, split_slots, nsplit = split_plan(num_slots, dim)
+    block_s, nsplit = split_plan(num_slots, dim)
     block_d = max(16, triton.next_power_of_2(dim))
     rows = batch * tokens * kv_heads
     o_part = torch.empty(rows, nsplit, group, dim, dtype=torch.float32, device=q.device)
@@ -149,7 +147,7 @@ def slot_attention_triton(q, cache_k, cache_v, cache_pos, positions, scale, wind
     slot_attention_split_kernel[(rows, nsplit)](
         q, cache_k, cache_v, cache_pos, positions, o_part, m_part, l_part,
         tokens, num_slots, kv_heads, group, dim, 0 if window is None else window, scale,
-        split_slots, q.stride(0), q.stride(1), q.stride(2), cache_k.stride(0), cache_k.stride(1),
+        q.stride(0), q.stride(1), q.stride(2), cache_k.stride(0), cache_k.stride(1),
         cache_k.stride(2), cache_v.stride(0), cache_v.stride(1), cache_v.stride(2),
         cache_pos.stride(0), positions.stride(0), positions.stride(1),
         BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_S=block_s, BLOCK_D=block_d,

@@ -28,12 +28,13 @@ engine is simulated, from the code the GPU runs:
   ``fused_recurrent_gated_delta_rule`` call counting one kernel: fla's ``fused_recurrent.py``
   allocates its outputs and launches one Triton kernel (``fused_recurrent_gated_delta_rule_fwd_kernel``,
   l2-norm in kernel); read from its source, fla-core being absent from CPU boxes. A commit that
-  stores the final state in place (:func:`~specpilot.kernels.gated_delta_rule.dispatch._fused_recurrent_into`)
-  is that one kernel without the state copy. Decode widths (<= 64 rows) never reach the chunked
+  stores the final state in place (``dispatch._fused_recurrent_into``) is that one kernel without
+  the state copy. Decode widths (<= 64 rows) never reach the chunked
   kernel;
 - ``cuda_graphs``: every phase copies its two step inputs into the captured tensors
-  (``CapturedStep.__call__``), ``GRAPH_INPUT_COPIES`` more kernels; ``torch.tensor`` uploads inside a
-  phase (the commit's two scalars) are one copy each.
+  (``CapturedStep.__call__``), ``GRAPH_INPUT_COPIES`` more kernels, and a captured AR step picks
+  and feeds back its own token (``AR_GRAPH_SELF_FEED``); ``torch.tensor`` uploads inside a phase
+  (the commit's two scalars) are one copy each.
 
 Approximations, kept explicit: every GEMM is one kernel (cuBLAS may add a split-K reduction), the
 attention is its front end's mask conversion plus one fused kernel (as PyTorch's CPU path runs it),
@@ -55,6 +56,9 @@ from specpilot.fingerprint import stable_hash
 
 PHASES = ("ar", "verify", "draft", "commit")
 GRAPH_INPUT_COPIES = 2  # every captured step function takes two tensors (engine.py `_graphs`)
+# a captured AR step also picks its token and feeds it back (engine.py `_decode_next_fn`): the
+# argmax, the token's copy into the step's input and the position's increment
+AR_GRAPH_SELF_FEED = 3
 FLA_FUSED_RECURRENT_KERNELS = 1
 
 SHRUNK_SIZES = {"hidden_size": 64, "intermediate_size": 64, "vocab_size": 256, "head_dim": 16,
@@ -304,6 +308,8 @@ def _phases(target, drafter, recipe) -> dict[str, int]:
     counts = labels.steps[-1]
     if graphs:
         counts = {p: n + GRAPH_INPUT_COPIES if p != "accept" else n for p, n in counts.items()}
+        if drafter is None:
+            counts["verify"] += AR_GRAPH_SELF_FEED
     return counts
 
 

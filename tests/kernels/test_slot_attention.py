@@ -1,7 +1,7 @@
 """Slot attention under the Triton interpreter against its torch reference, and the reference
-against the engine's mask + SDPA path: GQA groups (1, 3, 16), odd head dims, ring slots and empty
-slots, a window, strided q and gate views, a query that sees nothing, and a row's result that does
-not depend on how many rows the launch has."""
+against the engine's mask + SDPA path: GQA groups (1, 2, 3, 16), odd head dims, ring slots and
+empty slots, windows, a cache of more chunks than splits, strided q and gate views, a query that
+sees nothing, and a row's result that does not depend on how many rows the launch has."""
 
 import pytest
 import torch
@@ -30,7 +30,7 @@ def _case(batch, tokens, heads, kv_heads, dim, slots, dtype, seed, gated=False):
 
 @pytest.mark.parametrize("batch,tokens,heads,kv_heads,dim,slots,window", [
     (1, 1, 6, 2, 32, 37, None), (2, 3, 4, 4, 40, 70, None), (1, 2, 16, 1, 16, 150, 9),
-    (3, 1, 2, 1, 24, 5, None)])
+    (3, 1, 2, 1, 24, 5, None), (1, 2, 4, 2, 16, 2200, 700)])  # last: splits of several chunks
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_equals_reference(batch, tokens, heads, kv_heads, dim, slots, window, dtype):
     args = _case(batch, tokens, heads, kv_heads, dim, slots, dtype, seed=dim + slots, gated=True)
