@@ -10,11 +10,13 @@
    GEMM) and ``w12`` (target Linears + lm_head on W12), interleaved per prompt in a rotating
    order, same prompts, CUDA graphs on all. Per engine pair, the bootstrap CI of the median
    per-prompt ratio of ms/token (> 1: the second is faster).
+   ``--pdl-ab`` adds ``bf16-nopdl`` and ``w12-nopdl``: the same engines with their CUDA graphs
+   captured without programmatic dependent launch (:mod:`specpilot.kernels.common.pdl`).
 3. ``--spec``: the same for stock DFlash2 with replayed acceptance, ``stock`` vs ``stock+w12-target``
    (the verify forward runs the W12 GEMM at M = block size).
 
 Writes ``$OUT/h200_w12_ar.json``. Run from the repo root:
-``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec]``
+``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--pdl-ab]``
 """
 
 import argparse
@@ -123,6 +125,8 @@ def main() -> None:
     parser.add_argument("--wide", action="store_true", help="sweep WIDE_W12 too")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spec", action="store_true", help="also stock vs stock+w12-target")
+    parser.add_argument("--pdl-ab", action="store_true", help="also bf16 and w12 engines whose "
+                        "graphs were captured without programmatic dependent launch")
     parser.add_argument("--note", default="")
     args = parser.parse_args()
 
@@ -151,6 +155,15 @@ def main() -> None:
     result["pack_s"], result["w12_bytes"] = time.time() - t0, models.w12_nbytes()
     workload = workload_for(setting, models.tokenizer, num_prompts=6, max_new_tokens=96)
     result["warmup_s"] = {k: warm_up(e, workload) for k, e in engines.items()}
+    if args.pdl_ab:  # their graphs are captured (in the warm-up) with PDL off, and keep it
+        from specpilot.kernels.common.pdl import pdl_disabled
+
+        for name, recipe in (("bf16-nopdl", AR.replace(name="ar_nopdl")),
+                             ("w12-nopdl", AR.replace(name="ar_w12_nopdl",
+                                                      w12=("target", "lm_head")))):
+            engines[name] = models.engine(recipe)
+            with pdl_disabled():
+                result["warmup_s"][name] = warm_up(engines[name], workload)
     result["ar"] = interleave(engines, workload, args.rounds)
     print(json.dumps({k: result["ar"][k] for k in ("median_ms_per_token", "speedups")}, indent=1),
           flush=True)

@@ -6,10 +6,14 @@ import torch
 import triton
 import triton.language as tl
 
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
+
 
 @triton.jit
 def add_rms_norm_kernel(h_ptr, d_ptr, w_ptr, s_ptr, out_ptr, H, eps, weight_offset,
-                        BLOCK_H: tl.constexpr, ROUND_FIRST: tl.constexpr):
+                        BLOCK_H: tl.constexpr, ROUND_FIRST: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     mask = offs < H
@@ -42,5 +46,6 @@ def add_rms_norm_triton(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tens
     block = triton.next_power_of_2(hidden)
     add_rms_norm_kernel[(h2.shape[0],)](h2, d2, weight, s, out, hidden, eps, weight_offset,
                                         BLOCK_H=block, ROUND_FIRST=round_first,
-                                        num_warps=8 if block >= 4096 else 4)
+                                        num_warps=8 if block >= 4096 else 4,
+                                        **pdl_launch(h.device))
     return s.view(h.shape), out.view(h.shape)

@@ -7,13 +7,16 @@ import triton
 import triton.language as tl
 
 from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
 
 BLOCK_R = 16
 
 
 @triton.jit
 def gated_rms_norm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, R, D, eps, stride_x, stride_g,
-                          BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+                          BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None]
     cols = tl.arange(0, BLOCK_D)[None, :]
     mask = (rows < R) & (cols < D)
@@ -40,5 +43,5 @@ def gated_rms_norm_triton(x: torch.Tensor, gate: torch.Tensor, weight: torch.Ten
     out = torch.empty(rows, dim, dtype=x.dtype, device=x.device)
     gated_rms_norm_kernel[(cdiv(rows, BLOCK_R),)](
         x, gate, weight, out, rows, dim, eps, x.stride(0), gate.stride(0), BLOCK_R=BLOCK_R,
-        BLOCK_D=triton.next_power_of_2(dim), num_warps=4)
+        BLOCK_D=triton.next_power_of_2(dim), num_warps=4, **pdl_launch(x.device))
     return out

@@ -6,13 +6,16 @@ import triton
 import triton.language as tl
 
 from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
 
 
 @triton.jit
 def kv_write_kernel(ck_ptr, cv_ptr, cpos_ptr, k_ptr, v_ptr, pos_ptr, T, S, HD,
                     stride_ckb, stride_cks, stride_cvb, stride_cvs, stride_pb, stride_kb,
                     stride_kt, stride_vb, stride_vt, stride_qb, stride_qt,
-                    BLOCK: tl.constexpr):
+                    BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)  # b * T + t: grid axis 0 has no 65535 cap
     b, t = row // T, row % T
     p = tl.load(pos_ptr + b * stride_qb + t * stride_qt)
@@ -49,4 +52,5 @@ def kv_write_triton(cache_k: torch.Tensor, cache_v: torch.Tensor, cache_pos: tor
                           cache_pos.shape[1], hd, cache_k.stride(0), cache_k.stride(1),
                           cache_v.stride(0), cache_v.stride(1), cache_pos.stride(0), k.stride(0),
                           k.stride(1), v.stride(0), v.stride(1), positions.stride(0),
-                          positions.stride(1), BLOCK=block, num_warps=4)
+                          positions.stride(1), BLOCK=block, num_warps=4,
+                          **pdl_launch(k.device))

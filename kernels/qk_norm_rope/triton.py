@@ -7,6 +7,9 @@ import torch
 import triton
 import triton.language as tl
 
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
+
 
 @triton.jit
 def normed(x, w, scale, weight_offset, ROUND_FIRST: tl.constexpr):
@@ -24,7 +27,8 @@ def normed(x, w, scale, weight_offset, ROUND_FIRST: tl.constexpr):
 def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, T, HQ, HK,
                         D, R, eps, weight_offset, stride_qb, stride_qt, stride_qh, stride_kb,
                         stride_kt, stride_kh, stride_cb, stride_ct, BLOCK_D: tl.constexpr,
-                        ROUND_FIRST: tl.constexpr):
+                        ROUND_FIRST: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     token = tl.program_id(0)
     head = tl.program_id(1)
     b, t = (token // T).to(tl.int64), (token % T).to(tl.int64)
@@ -76,5 +80,5 @@ def qk_norm_rope_triton(q, k, q_weight, k_weight, eps, cos, sin, weight_offset, 
         q, k, q_weight, k_weight, cos, sin, q_out, k_out, tokens, hq, hk, dim, rot, eps,
         weight_offset, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
         k.stride(2), cos.stride(0), cos.stride(1), BLOCK_D=triton.next_power_of_2(dim),
-        ROUND_FIRST=round_first, num_warps=2)
+        ROUND_FIRST=round_first, num_warps=2, **pdl_launch(q.device))
     return q_out, k_out

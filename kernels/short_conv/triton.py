@@ -13,6 +13,8 @@ import triton
 import triton.language as tl
 
 from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
 
 BLOCK_C = 128
 NUM_WARPS = 4
@@ -63,7 +65,8 @@ def short_conv_silu_kernel(state_ptr, x_ptr, w_ptr, out_ptr, win_ptr, C, T,
                            a_ptr, b_ptr, alog_ptr, dtb_ptr, beta_ptr, g_ptr, HV, stride_as,
                            stride_at, stride_bs, stride_bt,
                            K: tl.constexpr, KP: tl.constexpr, BLOCK_C: tl.constexpr,
-                           COMMIT: tl.constexpr, BLOCK_HV: tl.constexpr):
+                           COMMIT: tl.constexpr, BLOCK_HV: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     s = tl.program_id(0).to(tl.int64)
     if tl.program_id(1) == 0:
         gates(a_ptr + s * stride_as, b_ptr + s * stride_bs, alog_ptr, dtb_ptr,
@@ -133,5 +136,5 @@ def conv_silu_gates_triton(conv_state: torch.Tensor, x: torch.Tensor, weight: to
         conv_state.stride(1), x.stride(0), x.stride(1), win.stride(0), win.stride(1), a, b, A_log,
         dt_bias, beta, g, heads, a.stride(0), a.stride(1), b.stride(0), b.stride(1), K=kernel,
         KP=triton.next_power_of_2(kernel - 1), BLOCK_C=BLOCK_C, COMMIT=commit,
-        BLOCK_HV=triton.next_power_of_2(heads), num_warps=NUM_WARPS)
+        BLOCK_HV=triton.next_power_of_2(heads), num_warps=NUM_WARPS, **pdl_launch(x.device))
     return out, window, beta, g

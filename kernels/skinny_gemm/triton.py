@@ -19,6 +19,8 @@ from triton.language.extra.cuda import gdc_wait
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import streamk_range
@@ -28,9 +30,10 @@ from specpilot.kernels.skinny_gemm import space
 @triton.jit(do_not_specialize=["M"])
 def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
                                 k_per_split, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr):
+                                SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr, PDL: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``;
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``)."""
+    pdl_start(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -100,8 +103,9 @@ def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N
 def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_xm,
                                stride_wn, k_per_split, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                               SPLIT_K: tl.constexpr):
+                               SPLIT_K: tl.constexpr, PDL: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``."""
+    pdl_start(PDL)
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -163,11 +167,11 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
     if plan.block_t is None:
         skinny_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
-            plan.k_per_split, K_STAGES=cfg["K_STAGES"], **meta)
+            plan.k_per_split, K_STAGES=cfg["K_STAGES"], **meta, **pdl_launch(x.device))
     else:
         skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
-            plan.k_per_split, BLOCK_T=plan.block_t, **meta)
+            plan.k_per_split, BLOCK_T=plan.block_t, **meta, **pdl_launch(x.device))
     return _corrupt_if_asked(out, cfg)
 
 

@@ -1,4 +1,5 @@
-"""Triton kernels for :mod:`specpilot.kernels.slot_attention`: split-slot (flash-decoding) attention.
+"""Triton kernels for :mod:`specpilot.kernels.slot_attention`: split-slot (flash-decoding)
+attention.
 
 Pass 1, program (row, kv head, split): the cache's ``BLOCK_S``-slot chunks ``split``,
 ``split + num_splits``, ... (interleaved, so a short context in a large cache still spreads over
@@ -19,6 +20,8 @@ import triton.language as tl
 
 from specpilot.kernels.common.interpret import INTERPRET
 from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
 
 MAX_SPLITS = 32
 NUM_WARPS = 4
@@ -42,7 +45,8 @@ def slot_attention_split_kernel(
         T, S, HKV, G, D, window, scale,
         s_qb, s_qt, s_qh, s_kb, s_ks, s_kh, s_vb, s_vs, s_vh, s_pb, s_qpb, s_qpt,
         BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-        HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr):
+        HAS_WINDOW: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     pid = tl.program_id(0).to(tl.int64)  # (b * T + t) * HKV + h
     split = tl.program_id(1)
     nsplit = tl.num_programs(1)
@@ -88,7 +92,8 @@ def slot_attention_split_kernel(
 def slot_attention_combine_kernel(
         o_part, m_part, l_part, gate_ptr, out_ptr, T, HQ, G, D, NSPLIT,
         s_gb, s_gt, s_gh, BLOCK_SPLIT: tl.constexpr, BLOCK_D: tl.constexpr,
-        HAS_GATE: tl.constexpr):
+        HAS_GATE: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
     pid = tl.program_id(0).to(tl.int64)  # (b * T + t) * HQ + head
     head, bt = pid % HQ, pid // HQ
     b, t = bt // T, bt % T
@@ -151,11 +156,12 @@ def slot_attention_triton(q, cache_k, cache_v, cache_pos, positions, scale, wind
         cache_k.stride(2), cache_v.stride(0), cache_v.stride(1), cache_v.stride(2),
         cache_pos.stride(0), positions.stride(0), positions.stride(1),
         BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_S=block_s, BLOCK_D=block_d,
-        HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32, num_warps=NUM_WARPS)
+        HAS_WINDOW=window is not None, IEEE=q.dtype == torch.float32, num_warps=NUM_WARPS,
+        **pdl_launch(q.device))
     out = torch.empty(batch, tokens, heads, dim, dtype=q.dtype, device=q.device)
     g_strides = gate.stride()[:3] if gate is not None else (0, 0, 0)
     slot_attention_combine_kernel[(batch * tokens * heads,)](
         o_part, m_part, l_part, gate if gate is not None else out, out, tokens, heads, group, dim,
         nsplit, *g_strides, BLOCK_SPLIT=max(2, triton.next_power_of_2(nsplit)), BLOCK_D=block_d,
-        HAS_GATE=gate is not None, num_warps=NUM_WARPS)
+        HAS_GATE=gate is not None, num_warps=NUM_WARPS, **pdl_launch(q.device))
     return out

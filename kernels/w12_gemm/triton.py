@@ -51,6 +51,8 @@ from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import streamk_range
@@ -161,7 +163,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                              BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr,
                              ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
-                             ESC_EARLY: tl.constexpr):
+                             ESC_EARLY: tl.constexpr, PDL: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``. Split
     s covers pair columns ``[s*k_per_split, ...)`` up to K2 rounded up to a whole step; only split
     0 applies escapes.
@@ -176,6 +178,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async`` into shared memory): that many
     K steps' tiles in flight per warp without holding them in registers (a GEMV loop with no
     ``tl.dot`` is pipelined only when asked)."""
+    pdl_start(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -295,12 +298,14 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
                             ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
                             SPLIT_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
-                            ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr):
+                            ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr,
+                            PDL: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
     tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``.
     """
+    pdl_start(PDL)
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -383,11 +388,13 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), **meta)
+            K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), **meta,
+            **pdl_launch(x.device))
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
-            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits, **meta)
+            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits, **meta,
+            **pdl_launch(x.device))
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out
