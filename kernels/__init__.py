@@ -16,9 +16,10 @@ reference's exact signature), ``space.py`` (the tuning space as data: ``KEY``, `
   programmatic dependent launch (:mod:`~specpilot.kernels.common.pdl`).
 - :mod:`specpilot.kernels.gated_delta_rule`: Gated DeltaNet (fla on CUDA, torch reference
   elsewhere).
-- The decode path's small kernels, each next to its reference: :mod:`~specpilot.kernels.add_rms_norm`,
-  :mod:`~specpilot.kernels.short_conv`, :mod:`~specpilot.kernels.gated_rms_norm`,
-  :mod:`~specpilot.kernels.qk_norm_rope`, :mod:`~specpilot.kernels.kv_write` and
+- The decode path's small kernels, each next to its reference:
+  :mod:`~specpilot.kernels.add_rms_norm`, :mod:`~specpilot.kernels.short_conv`,
+  :mod:`~specpilot.kernels.gated_rms_norm`, :mod:`~specpilot.kernels.qk_norm_rope`,
+  :mod:`~specpilot.kernels.kv_write` and
   :mod:`~specpilot.kernels.slot_attention` (masked attention over the slot KV cache + output gate).
 
 Importing this package needs torch (+ triton for the kernels) only.
