@@ -4,10 +4,10 @@ attention.
 Pass 1, program (row, kv head, split): the cache's ``BLOCK_S``-slot chunks ``split``,
 ``split + num_splits``, ... (interleaved, so a short context in a large cache still spreads over
 every split); a chunk whose slots are all invisible to the row's query is skipped without loading
-K or V. The group's
-``Hq / Hkv`` query heads share each K/V load as the rows of one ``tl.dot`` (padded to 16). It
-writes the split's running max, sum and unnormalised output. Pass 2, program (row, q head):
-combines the splits, divides, rounds to the output dtype and applies the output gate.
+K or V. The group's ``Hq / Hkv`` query heads share each K/V load as the rows of one ``tl.dot``
+(padded to 16). It writes the split's running max, sum and unnormalised output. Pass 2, program
+(row, q head): combines the splits, divides, rounds to the output dtype and applies the output
+gate.
 
 A query's result depends only on the cache's slot count and head dim (which fix the split
 plan), never on how many rows the launch has: a decode step and a verify of the same position
