@@ -55,13 +55,22 @@ class CachedAttention(Fusable):
         else:
             q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
         kv.write(k, v, positions, fused=self.fused)
-        scale = self.head_dim ** -0.5
-        if self.fused and kv.tree is None and batch * num_tokens <= MAX_ROWS:
-            # decode and verify widths: mask, attention and gate in two kernels
-            out = slot_attention(q, kv.k, kv.v, kv.pos, positions, scale, kv.window, gate)
-            return self.o_proj(out.reshape(batch, num_tokens, -1))
-        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op), scale)
-        out = out.reshape(batch, num_tokens, -1)
-        if gate is not None:
-            out = self.op(sigmoid_gate)(out, gate.reshape(batch, num_tokens, -1))
-        return self.o_proj(out)
+        return self.o_proj(cache_attention(self, q, kv, positions, gate))
+
+
+def cache_attention(block: Fusable, q: torch.Tensor, kv: KVCache, positions: torch.Tensor,
+                    gate: torch.Tensor | None) -> torch.Tensor:
+    """Attention of q [B, T, Hq, D] over ``kv`` with the optional output gate [B, T, Hq, D]
+    (``out * sigmoid(gate)``); returns [B, T, Hq * D]. A fused ``block`` at decode and verify
+    widths runs :mod:`specpilot.kernels.slot_attention` (two kernels); otherwise (prefill, a
+    tree view, eager) the visibility mask, SDPA and the gate."""
+    batch, num_tokens, _, head_dim = q.shape
+    scale = head_dim ** -0.5
+    if block.fused and kv.tree is None and batch * num_tokens <= MAX_ROWS:
+        out = slot_attention(q, kv.k, kv.v, kv.pos, positions, scale, kv.window, gate)
+        return out.reshape(batch, num_tokens, -1)
+    out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=block.op), scale)
+    out = out.reshape(batch, num_tokens, -1)
+    if gate is not None:
+        out = block.op(sigmoid_gate)(out, gate.reshape(batch, num_tokens, -1))
+    return out

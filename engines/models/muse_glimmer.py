@@ -17,6 +17,7 @@ from torch import nn
 
 from specpilot.engines.cache import KVCache
 from specpilot.engines.cache import ModelCache
+from specpilot.engines.models.attention import cache_attention
 from specpilot.engines.models.layers import Fusable
 from specpilot.engines.models.layers import Linear
 from specpilot.engines.models.layers import MergedLinear
@@ -24,12 +25,8 @@ from specpilot.engines.models.layers import ResidualRMSNorm
 from specpilot.engines.models.layers import SwiGLU
 from specpilot.engines.models.layers import ZeroCenteredRMSNorm
 from specpilot.engines.models.layers import apply_rope
-from specpilot.engines.models.layers import masked_attention
-from specpilot.engines.models.layers import sigmoid_gate
 from specpilot.engines.models.target import TargetModel
 from specpilot.engines.models.target import eos_ids
-from specpilot.kernels.slot_attention import MAX_ROWS
-from specpilot.kernels.slot_attention import slot_attention
 
 PREFILL_CHUNK = 256
 
@@ -130,15 +127,8 @@ class MuseGlimmerAttention(Fusable):
             q, k = self.op(qk_norm)(q, k, self.eps, self.qk_scale)
         v = v.view(batch, num_tokens, -1, self.head_dim)
         kv.write(k, v, positions, fused=self.fused)
-        scale = self.head_dim ** -0.5
-        if self.fused and kv.tree is None and batch * num_tokens <= MAX_ROWS:
-            # decode and verify widths: mask, attention and gate in two kernels
-            out = slot_attention(q, kv.k, kv.v, kv.pos, positions, scale, kv.window,
-                                 gate.view(batch, num_tokens, -1, self.head_dim))
-            return self.o_proj(out.reshape(batch, num_tokens, -1))
-        out = masked_attention(q, kv.k, kv.v, kv.visible(positions, op=self.op), scale)
-        out = self.op(sigmoid_gate)(out.reshape(batch, num_tokens, -1), gate)
-        return self.o_proj(out)
+        gate = gate.view(batch, num_tokens, -1, self.head_dim)
+        return self.o_proj(cache_attention(self, q, kv, positions, gate))
 
 
 class MuseGlimmerDecoderLayer(nn.Module):

@@ -55,4 +55,15 @@ def dot_bf16(a, b, acc):
     return out
 
 
+@triton.jit
+def dot_acc(a, b, acc, IEEE: tl.constexpr):
+    """``acc + a @ b``: an exact IEEE float32 dot for float32 tiles (the float32 validation
+    twin; no tf32), :func:`dot_bf16` for bf16 tiles."""
+    if IEEE:
+        out = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        out = dot_bf16(a, b, acc)
+    return out
+
+
 ensure_interpreter_compat()

@@ -18,25 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-from specpilot.kernels.common.interpret import INTERPRET
+from specpilot.kernels.common.interpret import dot_acc
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
 
 MAX_SPLITS = 32
 NUM_WARPS = 4
-
-
-@triton.jit
-def _dot(a, b, IEEE: tl.constexpr):
-    """``a @ b`` with fp32 accumulation: exact fp32 products for fp32 tiles (no tf32)."""
-    if IEEE:
-        out = tl.dot(a, b, input_precision="ieee")
-    elif INTERPRET:  # the interpreter cannot multiply bf16 tiles
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32))
-    else:
-        out = tl.dot(a, b)
-    return out
 
 
 @triton.jit
@@ -71,7 +59,8 @@ def slot_attention_split_kernel(
             kv_mask = visible[:, None] & mask_d[None, :]
             k = tl.load(k_ptr + b * s_kb + offs_s[:, None] * s_ks + h * s_kh + offs_d[None, :],
                         mask=kv_mask, other=0.0)
-            scores = _dot(q, tl.trans(k), IEEE) * scale  # [BLOCK_G, BLOCK_S]
+            scores = dot_acc(q, tl.trans(k), tl.zeros([BLOCK_G, BLOCK_S], tl.float32),
+                             IEEE) * scale  # [BLOCK_G, BLOCK_S]
             scores = tl.where(visible[None, :], scores, float("-inf"))
             m_new = tl.maximum(m, tl.max(scores, axis=1))  # finite: one slot is visible
             alpha = tl.exp(m - m_new)
@@ -79,7 +68,7 @@ def slot_attention_split_kernel(
             total = total * alpha + tl.sum(p, axis=1)
             v = tl.load(v_ptr + b * s_vb + offs_s[:, None] * s_vs + h * s_vh + offs_d[None, :],
                         mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
+            acc = dot_acc(p.to(v.dtype), v, acc * alpha[:, None], IEEE)
             m = m_new
     base = (pid * nsplit + split) * G + offs_g  # [rows * HKV, nsplit, G] (x D for the output)
     tl.store(m_part + base, m, mask=mask_g)

@@ -48,7 +48,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from specpilot.kernels.common.epilogue import store_splitk
-from specpilot.kernels.common.interpret import dot_bf16
+from specpilot.kernels.common.interpret import dot_acc
 from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.common.pdl import pdl_launch
@@ -272,10 +272,8 @@ def dot_w(w, x_t, acc, X_F32: tl.constexpr):
     """``acc + w @ x_t``: bf16 MMA for bf16 x; for float32 x (the float32 validation twin) the
     decoded weights widened exactly and an IEEE float32 dot."""
     if X_F32:
-        out = tl.dot(w.to(tl.float32), x_t, acc, input_precision="ieee")
-    else:
-        out = dot_bf16(w, x_t, acc)
-    return out
+        w = w.to(tl.float32)
+    return dot_acc(w, x_t, acc, X_F32)
 
 
 @triton.jit
