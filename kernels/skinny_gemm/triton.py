@@ -27,28 +27,44 @@ from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.skinny_gemm import space
 
 
+@triton.jit
+def gemv_weights(w_rows, n_mask, k0, k_hi, BLOCK_K: tl.constexpr):
+    """The ``[BLOCK_N, BLOCK_K]`` weight tile of the K step at ``k0`` (0 past N and ``k_hi``)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < k_hi)[None, :],
+                   other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def gemv_mac(acc, w, x_ptr, k0, k_hi, BLOCK_K: tl.constexpr):
+    """``acc + w * x[k0:k0+BLOCK_K]`` in fp32 (x is 0 past ``k_hi``)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xv = tl.load(x_ptr + offs_k, mask=offs_k < k_hi, other=0.0, eviction_policy="evict_last")
+    return acc + w.to(tl.float32) * xv.to(tl.float32)[None, :]
+
+
 @triton.jit(do_not_specialize=["M"])
 def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
                                 k_per_split, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                 SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr, PDL: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``;
-    ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``)."""
-    pdl_start(PDL)
+    ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``). The first K step's weight
+    tile is loaded before :func:`pdl_start`, under the previous kernel's tail (weights are never
+    written by a kernel of the step; x is read after the wait)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
-    k_lo = pid_k * k_per_split
+    k_lo = pid_k * k_per_split  # every split is non-empty (splitk_plan)
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=K_STAGES):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < k_hi
-        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
-                    eviction_policy="evict_first")  # [BLOCK_N, BLOCK_K]
-        xv = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0, eviction_policy="evict_last")
-        acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
+    w_first = gemv_weights(w_rows, n_mask, k_lo, k_hi, BLOCK_K)
+    pdl_start(PDL)
+    acc = gemv_mac(tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32), w_first, x_ptr, k_lo, k_hi,
+                   BLOCK_K)
+    for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K, num_stages=K_STAGES):
+        acc = gemv_mac(acc, gemv_weights(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr, k0, k_hi,
+                       BLOCK_K)
     y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
                  SPLIT_K)

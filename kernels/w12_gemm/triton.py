@@ -149,6 +149,14 @@ def gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K: tl.constexpr, BR: tl
               BP: tl.constexpr, ASM: tl.constexpr):
     """One K step of the GEMV: ``acc [BN, BK] += w[:, j0:j0+BK] * x`` for both halves."""
     nib, sm_a, sm_b = step_tiles(w_rows, j0, BLOCK_K, BR, BP)
+    return gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j0, j_hi, K, K2, BLOCK_K, ASM)
+
+
+@triton.jit
+def gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j0, j_hi, K, K2, BLOCK_K: tl.constexpr,
+             ASM: tl.constexpr):
+    """The GEMV step at pair column ``j0`` on its loaded tiles (:func:`step_tiles`): loads x and
+    accumulates both halves."""
     offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
     x_a = tl.load(x_ptr + offs_j, mask=a_mask, other=0.0, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
@@ -177,26 +185,33 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
 
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async`` into shared memory): that many
     K steps' tiles in flight per warp without holding them in registers (a GEMV loop with no
-    ``tl.dot`` is pipelined only when asked)."""
-    pdl_start(PDL)
+    ``tl.dot`` is pipelined only when asked).
+
+    The first K step's weight tiles (and the escape ranges) are loaded *before*
+    :func:`pdl_start`: weights are never written by a kernel of the step, so under PDL these
+    loads overlap the previous kernel's tail instead of starting from an idle memory system once
+    it has finished; x, the only input an earlier kernel writes, is read after the wait."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
-    j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    j_rest = j_lo
+    j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)  # never empty (splitk_plan)
+    nib, sm_a, sm_b = step_tiles(w_rows, j_lo, BLOCK_K, BR, BP)
     if ESC_EARLY:
         start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
-        acc = gemv_step(acc, x_ptr, w_rows, j_lo, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
+    pdl_start(PDL)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc = gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j_lo, j_hi, K, K2, BLOCK_K, ASM)
+    j_rest = j_lo + BLOCK_K
+    if ESC_EARLY:
         slot = tl.arange(0, ESC_CHUNK)[None, :]
         has = slot < count[:, None]  # [BLOCK_N, ESC_CHUNK]
         col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
         delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
-        acc = gemv_step(acc, x_ptr, w_rows, j_lo + BLOCK_K, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
+        acc = gemv_step(acc, x_ptr, w_rows, j_rest, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
         x_esc = tl.load(x_ptr + col, mask=has, other=0.0)
-        j_rest = j_lo + 2 * BLOCK_K
+        j_rest += BLOCK_K
     for j0 in tl.range(j_rest, j_hi, BLOCK_K, num_stages=K_STAGES):
         acc = gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
     y = tl.sum(acc, axis=1) * scale  # [BLOCK_N]

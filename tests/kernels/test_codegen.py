@@ -17,31 +17,33 @@ from collections import Counter
 
 import pytest
 
-POINTERS = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
+POINTERS = {"x_ptr": "*bf16", "w_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
             "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 ALIGNED = ("N", "K", "K2", "k_per_split", "stride_xm")  # what a launch at 16-aligned sizes passes
 
 
-def ptx(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int) -> str:
+def ptx(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int,
+        op: str = "w12_gemm") -> str:
     """The kernel's PTX for sm_90, compiled in a child process without the interpreter."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
             f"import test_codegen as t; print(t.compile_ptx({kernel_name!r}, "
-            f"{json.dumps(constexprs)!r}, {num_warps}, {num_stages}))")
+            f"{json.dumps(constexprs)!r}, {num_warps}, {num_stages}, {op!r}))")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
 
-def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stages: int) -> str:
+def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stages: int,
+                op: str) -> str:
+    import importlib
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from specpilot.kernels.w12_gemm import triton as w12_gemm
-
-    kernel = getattr(w12_gemm, kernel_name)
+    kernel = getattr(importlib.import_module(f"specpilot.kernels.{op}.triton"), kernel_name)
     constexprs = json.loads(constexprs_json)
     names = list(inspect.signature(kernel.fn).parameters)
     sig = {n: "constexpr" if n in constexprs else POINTERS.get(n, "fp32" if n == "scale" else "i32")
@@ -78,3 +80,26 @@ def weight_loads(code: str) -> Counter:
 def test_weight_loads_are_16_byte_vectors(kernel, constexprs, num_warps, num_stages):
     widths = weight_loads(ptx(kernel, constexprs, num_warps, num_stages))
     assert widths and set(widths) == {16}, widths
+
+
+GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True}
+
+
+@pytest.mark.parametrize("op, kernel, constexprs", [
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 1, "ESC_EARLY": False},
+                 id="w12"),
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 4, "ESC_EARLY": True,
+                  "K_STAGES": 3}, id="w12-early-piped"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", GEMV, id="bf16"),
+])
+def test_gemv_loads_its_first_weights_before_the_pdl_wait(op, kernel, constexprs):
+    """Under PDL the GEMVs issue their first K step's weight loads (and the W12 escape ranges)
+    before ``griddepcontrol.wait``, so they overlap the previous kernel's tail, and read x (the
+    evict-last loads), which that kernel may write, only after it."""
+    code = ptx(kernel, constexprs, 2, 3, op)
+    assert code.count("griddepcontrol.wait") == 1, "expected one PDL wait"
+    before = code.split("griddepcontrol.wait")[0]
+    assert weight_loads(before), "no weight load is issued before the PDL wait"
+    assert "evict_last" not in before, "x is read before the PDL wait"
