@@ -15,11 +15,15 @@
 3. ``--spec``: the same for stock DFlash2 with replayed acceptance, ``stock`` vs ``stock+w12-target``
    (the verify forward runs the W12 GEMM at M = block size).
 
-Writes ``$OUT/h200_w12_ar.json``. Run from the repo root:
-``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--pdl-ab]``
+Writes ``$OUT/h200_w12_ar.json``; each stage prints a progress line to stderr. ``--watchdog-s S``
+prints every thread's Python stack and exits after S seconds, so a run cut by the device call's
+limit still says where it was (one run at 55c1176 was cut silently at 480 s). Run from the repo
+root: ``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--pdl-ab]
+[--watchdog-s 540]``
 """
 
 import argparse
+import faulthandler
 import itertools
 import json
 import os
@@ -94,6 +98,10 @@ def tune(model, ms: list[int], budget_s: float, wide: bool) -> dict:
     return {k: report[k] for k in ("shapes", "elapsed_s", "seeded")}
 
 
+def progress(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+
 def interleave(engines: dict, workload, rounds: int, replay=None) -> dict:
     """Every prompt on every engine, in a rotating order; ratios of each pair of engines."""
     from specpilot.bench.runner import run_prompt
@@ -108,6 +116,7 @@ def interleave(engines: dict, workload, rounds: int, replay=None) -> dict:
             ms = {k: run_prompt(engines[k], workload, i, replay=replay)["ms_per_token"]
                   for k in order}
             runs.append({"round": rnd, "prompt": i, **ms})
+        progress(f"round {rnd + 1}/{rounds} done")
     pairs = {}
     for a, b in itertools.combinations(names, 2):
         est = estimate_speedup([r[a] / r[b] for r in runs])
@@ -128,7 +137,11 @@ def main() -> None:
     parser.add_argument("--pdl-ab", action="store_true", help="also bf16 and w12 engines whose "
                         "graphs were captured without programmatic dependent launch")
     parser.add_argument("--note", default="")
+    parser.add_argument("--watchdog-s", type=float, default=0.0,
+                        help="dump every thread's stack and exit after this many seconds (0: off)")
     args = parser.parse_args()
+    if args.watchdog_s > 0:
+        faulthandler.dump_traceback_later(args.watchdog_s, exit=True)
 
     from specpilot import fingerprint
     from specpilot.bench.runner import warm_up
@@ -143,6 +156,7 @@ def main() -> None:
     setting = load_setting(SETTING)
     t0 = time.time()
     models = load_models(setting, with_drafter=args.spec)
+    progress("models loaded")
     result = {"fingerprint": fingerprint.current("cuda").to_dict(), "setting": SETTING,
               "note": args.note, "load_s": time.time() - t0}
     if not args.no_tune:
@@ -154,7 +168,11 @@ def main() -> None:
     engines["w12"] = models.engine(AR.replace(name="ar_w12", w12=("target", "lm_head")))
     result["pack_s"], result["w12_bytes"] = time.time() - t0, models.w12_nbytes()
     workload = workload_for(setting, models.tokenizer, num_prompts=6, max_new_tokens=96)
-    result["warmup_s"] = {k: warm_up(e, workload) for k, e in engines.items()}
+    progress("engines built")
+    result["warmup_s"] = {}
+    for name, engine in engines.items():
+        result["warmup_s"][name] = warm_up(engine, workload)
+        progress(f"{name} warmed up")
     if args.pdl_ab:  # their graphs are captured (in the warm-up) with PDL off, and keep it
         from specpilot.kernels.common.pdl import pdl_disabled
 
@@ -164,6 +182,7 @@ def main() -> None:
             engines[name] = models.engine(recipe)
             with pdl_disabled():
                 result["warmup_s"][name] = warm_up(engines[name], workload)
+            progress(f"{name} warmed up")
     result["ar"] = interleave(engines, workload, args.rounds)
     print(json.dumps({k: result["ar"][k] for k in ("median_ms_per_token", "speedups")}, indent=1),
           flush=True)
