@@ -7,7 +7,8 @@ programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for non
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
 software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
-``num_stages``. BLOCK_T
+``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait).
+BLOCK_T
 is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
 environment.
 """
@@ -44,6 +45,7 @@ PARAMS = {
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [4, 8],
         "num_stages": [2, 3, 4, 5],
+        "PREFETCH": [0, 1],
     },
 }
 
@@ -58,10 +60,11 @@ CONFIGS = [
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, k_stages: int = 1) -> dict:
+            num_stages: int, k_stages: int = 1, prefetch: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages}
-    return {**config, "K_STAGES": k_stages} if kernel == "gemv" else config
+    return ({**config, "K_STAGES": k_stages} if kernel == "gemv"
+            else {**config, "PREFETCH": prefetch})
 
 
 SWEEP = [
@@ -82,6 +85,10 @@ SWEEP = [
     _config("dot", 64, 256, 1, 4, 3),
     _config("dot", 128, 128, 4, 4, 3),
     _config("dot", 128, 128, 2, 8, 3),
+    # The first K step's weight tile loaded before the PDL wait (the M = 1 GEMV always does; a
+    # tl.dot loop's pipeline prologue issues after it either way), measured against the above.
+    _config("dot", 64, 128, 1, 4, 4, prefetch=1),
+    _config("dot", 128, 128, 1, 4, 3, prefetch=1),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
@@ -92,7 +99,7 @@ SWEEP = [
 # Parameters a kernel gained after configs were stored, with the value that runs it as before
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
-ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1}}
+ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1}, "dot": {"PREFETCH": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
@@ -145,7 +152,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 
 # Parameters whose value must be one of their listed choices (0 means "off" for these).
-CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY")
+CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH")
 
 
 def check_param(name: str, value, choices: list) -> None:
@@ -193,4 +200,4 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     bn = 128 if n >= 128 * num_sms else 64
     split = _split_for(cdiv(n, bn), cdiv(k, 128), num_sms, 2)
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split,
-            "num_warps": 4, "num_stages": 3}
+            "num_warps": 4, "num_stages": 3, "PREFETCH": 0}

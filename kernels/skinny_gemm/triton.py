@@ -28,7 +28,7 @@ from specpilot.kernels.skinny_gemm import space
 
 
 @triton.jit
-def gemv_weights(w_rows, n_mask, k0, k_hi, BLOCK_K: tl.constexpr):
+def weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K: tl.constexpr):
     """The ``[BLOCK_N, BLOCK_K]`` weight tile of the K step at ``k0`` (0 past N and ``k_hi``)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     return tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < k_hi)[None, :],
@@ -41,6 +41,15 @@ def gemv_mac(acc, w, x_ptr, k0, k_hi, BLOCK_K: tl.constexpr):
     offs_k = k0 + tl.arange(0, BLOCK_K)
     xv = tl.load(x_ptr + offs_k, mask=offs_k < k_hi, other=0.0, eviction_policy="evict_last")
     return acc + w.to(tl.float32) * xv.to(tl.float32)[None, :]
+
+
+@triton.jit
+def dot_mac(acc, w, x_cols, t_mask, k0, k_hi, BLOCK_K: tl.constexpr):
+    """``acc + w @ x[:, k0:k0+BLOCK_K]^T`` on the tensor cores (x is 0 past ``k_hi``)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xt = tl.load(x_cols + offs_k[:, None], mask=(offs_k < k_hi)[:, None] & t_mask[None, :],
+                 other=0.0, eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
+    return dot_bf16(w, xt, acc)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -58,12 +67,12 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
     k_lo = pid_k * k_per_split  # every split is non-empty (splitk_plan)
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    w_first = gemv_weights(w_rows, n_mask, k_lo, k_hi, BLOCK_K)
+    w_first = weight_tile(w_rows, n_mask, k_lo, k_hi, BLOCK_K)
     pdl_start(PDL)
     acc = gemv_mac(tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32), w_first, x_ptr, k_lo, k_hi,
                    BLOCK_K)
     for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K, num_stages=K_STAGES):
-        acc = gemv_mac(acc, gemv_weights(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr, k0, k_hi,
+        acc = gemv_mac(acc, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr, k0, k_hi,
                        BLOCK_K)
     y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
@@ -119,9 +128,11 @@ def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N
 def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_xm,
                                stride_wn, k_per_split, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                               SPLIT_K: tl.constexpr, PDL: tl.constexpr):
-    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``."""
-    pdl_start(PDL)
+                               SPLIT_K: tl.constexpr, PREFETCH: tl.constexpr,
+                               PDL: tl.constexpr):
+    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``.
+    ``PREFETCH``: the first K step's weight tile loads before :func:`pdl_start`, as in the GEMV
+    (bit-identical result)."""
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -131,17 +142,19 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
     t_mask = offs_t < M
     w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
     x_cols = x_ptr + offs_t[None, :] * stride_xm
-    k_lo = pid_k * k_per_split
+    k_lo = pid_k * k_per_split  # every split is non-empty (splitk_plan)
     k_hi = tl.minimum(k_lo + k_per_split, K)
+    if PREFETCH:
+        w_first = weight_tile(w_rows, n_mask, k_lo, k_hi, BLOCK_K)
+    pdl_start(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < k_hi
-        w = tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
-                    eviction_policy="evict_first")  # [BLOCK_N, BLOCK_K]
-        xt = tl.load(x_cols + offs_k[:, None], mask=k_mask[:, None] & t_mask[None, :], other=0.0,
-                     eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
-        acc = dot_bf16(w, xt, acc)
+    k_rest = k_lo
+    if PREFETCH:
+        acc = dot_mac(acc, w_first, x_cols, t_mask, k_lo, k_hi, BLOCK_K)
+        k_rest += BLOCK_K
+    for k0 in range(k_rest, k_hi, BLOCK_K):
+        acc = dot_mac(acc, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K), x_cols, t_mask, k0,
+                      k_hi, BLOCK_K)
     tile_id = pid_t * tl.num_programs(0) + pid_n
     store_splitk(tl.trans(acc), out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k,
                  SPLIT_K)
@@ -187,7 +200,8 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
     else:
         skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
-            plan.k_per_split, BLOCK_T=plan.block_t, **meta, **pdl_launch(x.device))
+            plan.k_per_split, BLOCK_T=plan.block_t, PREFETCH=bool(cfg["PREFETCH"]), **meta,
+            **pdl_launch(x.device))
     return _corrupt_if_asked(out, cfg)
 
 

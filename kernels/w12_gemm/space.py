@@ -10,7 +10,10 @@ the first two K steps, so only rows with more escapes wait at the program's tail
 escape epilogue costs ~1 us per call (results/h200-2026-11-30-w12-anatomy.json); ESC_EARLY won
 down_proj and out_proj in run 10 and gate_up in run 12, and lost elsewhere
 (results/h200-2026-11-30-w12-kernels-run{10,12}.json), so the sweep decides.
-``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
+``PREFETCH`` (swap-AB kernel, 1: on) loads the first K step's weight tiles before the PDL wait,
+under the previous kernel's tail, as the M = 1 GEMV always does (H200 runs 20-23,
+results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR decode ran at
+1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19). ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
 and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.
@@ -76,6 +79,7 @@ PARAMS = {
         "num_stages": [2, 3, 4, 5],
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4, 8],
+        "PREFETCH": [0, 1],
     },
 }
 
@@ -92,12 +96,12 @@ CONFIGS = [
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
             num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1,
-            esc_early: int = 0) -> dict:
+            esc_early: int = 0, prefetch: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
               "ESC_CHUNK": esc_chunk}
     return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
-            else config)
+            else {**config, "PREFETCH": prefetch})
 
 
 def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
@@ -154,6 +158,11 @@ SWEEP = [
     _config("dot", 32, 128, 4, 2, 3, "prmt"),
     _config("dot", 64, 64, 2, 4, 3, "prmt"),
     _config("dot", 32, 128, 1, 2, 3, "int"),
+    # The first K step's weight tiles loaded before the PDL wait (the GEMV always does), against
+    # the same configs without.
+    _config("dot", 32, 128, 1, 2, 3, "prmt", prefetch=1),
+    _config("dot", 32, 128, 2, 2, 4, "prmt", prefetch=1),
+    _config("dot", 16, 128, 1, 1, 4, "prmt", prefetch=1),
     # One stream-K GEMV, so every sweep re-measures it. On the H200 it lost to the grid GEMV on
     # every shape in runs 6-8 (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json), at 7, 8 and 9
     # programs per SM (MAX_REGS 56), pure stream-K and with data-parallel rounds, PDL on and off:
@@ -165,7 +174,7 @@ SWEEP = [
 # Parameters a kernel gained after configs were stored, with the value that runs it as before
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
-ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0}}
+ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0}, "dot": {"PREFETCH": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024

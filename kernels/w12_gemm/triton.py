@@ -296,6 +296,13 @@ def dot_step(acc, x_cols, w_rows, j0, j_hi, K, K2, t_mask, BLOCK_K: tl.constexpr
              BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
     """One K step of the swap-AB kernel: both halves' decoded tiles times their x^T slices."""
     nib, sm_a, sm_b = step_tiles(w_rows, j0, BLOCK_K, BR, BP)
+    return dot_mac(acc, nib, sm_a, sm_b, x_cols, j0, j_hi, K, K2, t_mask, BLOCK_K, ASM, X_F32)
+
+
+@triton.jit
+def dot_mac(acc, nib, sm_a, sm_b, x_cols, j0, j_hi, K, K2, t_mask, BLOCK_K: tl.constexpr,
+            ASM: tl.constexpr, X_F32: tl.constexpr):
+    """The swap-AB step at pair column ``j0`` on its loaded tiles (:func:`step_tiles`)."""
     offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
     xa_t = tl.load(x_cols + offs_j[:, None], mask=a_mask[:, None] & t_mask[None, :], other=0.0,
                    eviction_policy="evict_last")  # [BLOCK_K, BLOCK_T]
@@ -312,13 +319,14 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
                             SPLIT_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
                             ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr,
-                            PDL: tl.constexpr):
+                            PREFETCH: tl.constexpr, PDL: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
     tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``.
+    ``PREFETCH``: the first K step's weight tiles load before :func:`pdl_start`, as in the GEMV
+    (same products in the same order: the result is bit-identical either way).
     """
-    pdl_start(PDL)
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -328,9 +336,17 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     t_mask = offs_t < M
     w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
     x_cols = x_ptr + offs_t[None, :] * stride_xm
-    j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)
+    j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)  # never empty (splitk_plan)
+    if PREFETCH:
+        nib, sm_a, sm_b = step_tiles(w_rows, j_lo, BLOCK_K, BR, BP)
+    pdl_start(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for j0 in range(j_lo, j_hi, BLOCK_K):
+    j_rest = j_lo
+    if PREFETCH:
+        acc = dot_mac(acc, nib, sm_a, sm_b, x_cols, j_lo, j_hi, K, K2, t_mask, BLOCK_K, ASM,
+                      X_F32)
+        j_rest += BLOCK_K
+    for j0 in range(j_rest, j_hi, BLOCK_K):
         acc = dot_step(acc, x_cols, w_rows, j0, j_hi, K, K2, t_mask, BLOCK_K, BR, BP, ASM, X_F32)
     out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
     start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
@@ -406,8 +422,8 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
-            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits, **meta,
-            **pdl_launch(x.device))
+            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits,
+            PREFETCH=bool(cfg["PREFETCH"]), **meta, **pdl_launch(x.device))
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

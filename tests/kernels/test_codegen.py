@@ -75,7 +75,12 @@ def weight_loads(code: str) -> Counter:
                   "ESC_CHUNK": 4, "K_STAGES": 3, "ESC_EARLY": True}, 2, 3, id="gemv-early-piped"),
     pytest.param("w12_gemm_fwd_kernel_dot",
                  {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
-                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1}, 2, 3, id="dot"),
+                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "PREFETCH": False}, 2, 3,
+                 id="dot"),
+    pytest.param("w12_gemm_fwd_kernel_dot",
+                 {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
+                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "PREFETCH": True, "PDL": True},
+                 2, 3, id="dot-prefetch"),
 ])
 def test_weight_loads_are_16_byte_vectors(kernel, constexprs, num_warps, num_stages):
     widths = weight_loads(ptx(kernel, constexprs, num_warps, num_stages))
@@ -93,9 +98,16 @@ GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True}
                  {**GEMV, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 4, "ESC_EARLY": True,
                   "K_STAGES": 3}, id="w12-early-piped"),
     pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", GEMV, id="bf16"),
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_dot",
+                 {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
+                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "PREFETCH": True, "PDL": True},
+                 id="w12-dot"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot",
+                 {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
+                  "PDL": True}, id="bf16-dot"),
 ])
 def test_gemv_loads_its_first_weights_before_the_pdl_wait(op, kernel, constexprs):
-    """Under PDL the GEMVs issue their first K step's weight loads (and the W12 escape ranges)
+    """Under PDL the GEMVs (and the swap-AB kernels with ``PREFETCH``) issue their first K step's weight loads (and the W12 escape ranges)
     before ``griddepcontrol.wait``, so they overlap the previous kernel's tail, and read x (the
     evict-last loads), which that kernel may write, only after it."""
     code = ptx(kernel, constexprs, 2, 3, op)
@@ -103,3 +115,4 @@ def test_gemv_loads_its_first_weights_before_the_pdl_wait(op, kernel, constexprs
     before = code.split("griddepcontrol.wait")[0]
     assert weight_loads(before), "no weight load is issued before the PDL wait"
     assert "evict_last" not in before, "x is read before the PDL wait"
+    assert "cp.async" not in before, "a pipelined load is issued before the PDL wait"

@@ -19,9 +19,9 @@ def gemv(bn=16, bk=32, split=1, k_stages=1):
             "num_stages": 1, "K_STAGES": k_stages}
 
 
-def dot(bn=16, bk=16, split=1):
+def dot(bn=16, bk=16, split=1, prefetch=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
-            "num_stages": 2}
+            "num_stages": 2, "PREFETCH": prefetch}
 
 
 def streamk(bn=8, bk=16, programs=None):
@@ -50,6 +50,9 @@ CASES = [
     pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3), id="M17-K67-N45-bf16-dot-split3"),
     pytest.param(64, 33, 20, dot(), id="M64-K33-N20-bf16-dot"),
     pytest.param(70, 67, 45, dot(split=2), id="M70-K67-N45-bf16-dot-split2"),
+    pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3, prefetch=1),
+                 id="M17-K67-N45-bf16-dot-split3-prefetch"),
+    pytest.param(3, 10, 45, dot(prefetch=1), id="M3-K10-N45-bf16-dot-one-partial-step-prefetch"),
 ]
 
 
@@ -86,6 +89,14 @@ def test_splitk_is_deterministic_and_leaves_counters_zero():
     second = skinny_gemm_triton(x, w, config=config)
     assert torch.equal(first.view(torch.int16), second.view(torch.int16))
     assert int(lock_buffer(x.device, 1).abs().sum()) == 0
+
+
+def test_dot_prefetch_gives_the_same_bits():
+    """Loading the first K step before the PDL wait changes where the loads sit, not the sums."""
+    x, w = _inputs(17, 67, 45)
+    plain = skinny_gemm_triton(x, w, config=dot(bn=32, bk=16, split=3))
+    early = skinny_gemm_triton(x, w, config=dot(bn=32, bk=16, split=3, prefetch=1))
+    assert torch.equal(plain.view(torch.int16), early.view(torch.int16))
 
 
 def test_streamk_is_deterministic_and_leaves_counters_zero():

@@ -23,9 +23,9 @@ def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1, early=1):
             "ESC_EARLY": early}
 
 
-def dot(bn=16, bk=16, split=1, warps=4, esc=1):
+def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
-            "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc}
+            "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch}
 
 
 def streamk(bn=8, bk=16, programs=None, esc=1):
@@ -75,6 +75,13 @@ CASES = [
     pytest.param(70, 35, 20, dot(), id="M70-K35-N20-w12-dot"),
     # BLOCK_N = 16 x num_warps (the mma.sync shape); K2 = 48: three whole steps, no tail.
     pytest.param(5, 96, 40, dot(bn=32, warps=2), id="M5-K96-N40-w12-dot-2warps-no-tail"),
+    # The first K step's tiles loaded before the PDL wait: splits of one step each (K2 = 34 in
+    # 16-pair splits: 16, 16 and a 2-pair tail), several pair blocks, and K2 = 10: one partial
+    # step.
+    pytest.param(17, 67, 45, dot(split=3, prefetch=1), id="M17-K67-N45-w12-dot-split3-prefetch"),
+    pytest.param(5, 1152, 45, dot(bn=64, bk=64, split=2, prefetch=1),
+                 id="M5-K1152-N45-w12-dot-blocks-split2-prefetch"),
+    pytest.param(3, 20, 45, dot(prefetch=1), id="M3-K20-N45-w12-dot-one-partial-step-prefetch"),
 ]
 
 
@@ -93,8 +100,17 @@ def test_triton(m, k, n, config):
     assert_gemm_close("w12_gemm fp32 out", out32, x, w)
 
 
-@pytest.mark.parametrize("config", [gemv(), gemv(early=0), dot()],
-                         ids=["gemv", "gemv-late", "dot"])
+@pytest.mark.parametrize("m, k, n, split", [(17, 67, 45, 3), (5, 1152, 45, 2)])
+def test_dot_prefetch_gives_the_same_bits(m, k, n, split):
+    """Loading the first K step before the PDL wait changes where the loads sit, not the sums."""
+    x, _, packed = _inputs(m, k, n)
+    plain = w12_gemm_triton(x, packed, config=dot(split=split))
+    early = w12_gemm_triton(x, packed, config=dot(split=split, prefetch=1))
+    assert torch.equal(plain.view(torch.int16), early.view(torch.int16))
+
+
+@pytest.mark.parametrize("config", [gemv(), gemv(early=0), dot(), dot(prefetch=1)],
+                         ids=["gemv", "gemv-late", "dot", "dot-prefetch"])
 def test_dropping_escape_corrections_is_caught(config):
     """Without the epilogue's escape terms the result is wrong: the check must see it."""
     m = 1 if config["kernel"] == "gemv" else 4
