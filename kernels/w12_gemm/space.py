@@ -13,7 +13,8 @@ down_proj and out_proj in run 10 and gate_up in run 12, and lost elsewhere
 ``PREFETCH`` (swap-AB kernel, 1: on) loads the first K step's weight tiles before the PDL wait,
 under the previous kernel's tail, as the M = 1 GEMV always does (H200 runs 20-23,
 results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR decode ran at
-1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19). ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
+1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19; the swap-AB kernels' is unmeasured).
+``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
 and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.

@@ -17,8 +17,9 @@ from collections import Counter
 
 import pytest
 
-POINTERS = {"x_ptr": "*bf16", "w_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
-            "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
+POINTERS = {"x_ptr": "*bf16", "w_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32",
+            "esc_col_ptr": "*i32", "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32",
+            "lock_ptr": "*i32"}
 ALIGNED = ("N", "K", "K2", "k_per_split", "stride_xm")  # what a launch at 16-aligned sizes passes
 
 
@@ -106,10 +107,11 @@ GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True}
                  {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
                   "PDL": True}, id="bf16-dot"),
 ])
-def test_gemv_loads_its_first_weights_before_the_pdl_wait(op, kernel, constexprs):
-    """Under PDL the GEMVs (and the swap-AB kernels with ``PREFETCH``) issue their first K step's weight loads (and the W12 escape ranges)
-    before ``griddepcontrol.wait``, so they overlap the previous kernel's tail, and read x (the
-    evict-last loads), which that kernel may write, only after it."""
+def test_first_weights_load_before_the_pdl_wait(op, kernel, constexprs):
+    """Under PDL the GEMVs, and the swap-AB kernels with ``PREFETCH``, issue their first K step's
+    weight loads (W12: and the escape ranges) before ``griddepcontrol.wait``, so they overlap the
+    previous kernel's tail. x (the evict-last loads), which that kernel may write, and the
+    pipelined (``cp.async``) loads come only after it."""
     code = ptx(kernel, constexprs, 2, 3, op)
     assert code.count("griddepcontrol.wait") == 1, "expected one PDL wait"
     before = code.split("griddepcontrol.wait")[0]
