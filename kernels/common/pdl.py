@@ -6,11 +6,12 @@ launched with PDL (Triton's ``launch_pdl``) may be launched while its predecesso
 programs start, run :func:`pdl_start` -- wait until the previous kernel has finished and its
 writes are visible, then allow the next kernel to launch -- and only then touch memory that a
 kernel of the step writes. So the launch of kernel k+1 overlaps the tail of kernel k, and every
-result is what a serial launch gives. The M = 1 GEMVs (bf16 and W12), and the swap-AB kernels
-configured with ``PREFETCH``, load their first K step's weights (W12: and its escape ranges) before
-the wait: weights are written only at load time, so those loads may overlap the previous kernel's
-tail (``tests/kernels/test_codegen.py`` checks that x is read after the wait). Nothing else is
-read before it.
+result is what a serial launch gives. The M = 1 grid GEMVs (bf16 and W12), and the swap-AB
+kernels configured with ``PREFETCH``, load their first K step's weights (the W12 GEMV with
+``ESC_EARLY``: and the rows' escape ranges) before the wait. That is safe because the kernel just
+before never writes them: no kernel of a step writes a weight (weights are written at load time,
+long before a step runs). So those loads may overlap the previous kernel's tail
+(``tests/kernels/test_codegen.py`` checks that nothing else is read before the wait).
 
 A kernel that does not wait (fla-core's, inductor's, cuBLAS's) is never launched with PDL; it
 waits for its predecessor as usual. ``SPECPILOT_PDL=0`` turns PDL off (:func:`pdl_disabled` for a
@@ -58,8 +59,9 @@ def pdl_disabled():
 
 @triton.jit
 def pdl_start(PDL: tl.constexpr):
-    """A PDL kernel's first statement: wait for the previous kernel (finished, writes visible),
-    then let the next kernel launch (its programs wait in turn)."""
+    """Before a PDL kernel's first access to memory that a kernel of the step writes: wait for
+    the previous kernel (finished, writes visible), then let the next kernel launch (its programs
+    wait in turn)."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()

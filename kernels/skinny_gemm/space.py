@@ -8,9 +8,8 @@ tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to B
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
 software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
 ``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait).
-BLOCK_T
-is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
-environment.
+BLOCK_T is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K)
+and environment.
 """
 
 import itertools

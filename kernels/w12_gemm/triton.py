@@ -66,8 +66,9 @@ from specpilot.kernels.w12_gemm import space
 
 @triton.jit
 def escape_rows(row_ptr, offs_n, mask):
-    """``(start, count)`` of the escapes of rows ``offs_n`` (0 where ``mask`` is false). Loaded
-    at a kernel's start and used in its epilogue, so the load's latency hides under the K loop."""
+    """``(start, count)`` of the escapes of rows ``offs_n`` (0 where ``mask`` is false). The GEMV
+    with ``ESC_EARLY`` loads them at its start, so their latency hides under the K loop; the other
+    kernels load them in their epilogue."""
     start = tl.load(row_ptr + offs_n, mask=mask, other=0)
     count = tl.load(row_ptr + offs_n + 1, mask=mask, other=0) - start
     return start, count
@@ -187,8 +188,8 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     K steps' tiles in flight per warp without holding them in registers (a GEMV loop with no
     ``tl.dot`` is pipelined only when asked).
 
-    The first K step's weight tiles (and the escape ranges) are loaded *before*
-    :func:`pdl_start`: weights are never written by a kernel of the step, so under PDL these
+    The first K step's weight tiles (and, with ``ESC_EARLY``, the escape ranges) are loaded
+    *before* :func:`pdl_start`: weights are never written by a kernel of the step, so under PDL these
     loads overlap the previous kernel's tail instead of starting from an idle memory system once
     it has finished; x, the only input an earlier kernel writes, is read after the wait."""
     pid_n = tl.program_id(0)

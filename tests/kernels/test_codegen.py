@@ -1,7 +1,10 @@
-"""The W12 GEMMs' weight loads compile to 16-byte vectors for sm_90 (no GPU needed: Triton
-compiles for a named target). A pointer expression whose alignment Triton cannot prove (a ``%`` in
-the blocked-plane offset did that) silently turns every weight load into a byte load: 1.5x slower
-than bf16 on the H200, with every result still right.
+"""What the GEMMs compile to for sm_90 (no GPU needed: Triton compiles for a named target).
+
+- The W12 GEMMs' weight loads are 16-byte vectors. A pointer expression whose alignment Triton
+  cannot prove (a ``%`` in the blocked-plane offset did that) silently turns every weight load into
+  a byte load: 1.5x slower than bf16 on the H200, with every result still right.
+- Under PDL, the GEMVs and the swap-AB kernels with ``PREFETCH`` load only weights (W12 with
+  ``ESC_EARLY``: and the rows' escape ranges) before ``griddepcontrol.wait``.
 
 The compile runs in a child process: this directory's conftest puts the parent under the Triton
 interpreter, which has no compiler.
@@ -20,7 +23,8 @@ import pytest
 POINTERS = {"x_ptr": "*bf16", "w_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32",
             "esc_col_ptr": "*i32", "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32",
             "lock_ptr": "*i32"}
-ALIGNED = ("N", "K", "K2", "k_per_split", "stride_xm")  # what a launch at 16-aligned sizes passes
+# what a launch at 16-aligned sizes passes
+ALIGNED = ("N", "K", "K2", "k_per_split", "stride_xm", "stride_wn")
 
 
 def ptx(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int,
@@ -118,3 +122,8 @@ def test_first_weights_load_before_the_pdl_wait(op, kernel, constexprs):
     assert weight_loads(before), "no weight load is issued before the PDL wait"
     assert "evict_last" not in before, "x is read before the PDL wait"
     assert "cp.async" not in before, "a pipelined load is issued before the PDL wait"
+    # Everything else is a weight load, but the rows' escape ranges (int32 scalars) with
+    # ESC_EARLY; an escape's x value (a bf16 gather) would be a b16 load.
+    other = [op for op in re.findall(r"ld\.global[\w.:]*", before) if "evict_first" not in op]
+    allowed = {"ld.global.b32"} if constexprs.get("ESC_EARLY") else set()
+    assert set(other) <= allowed, f"loads before the PDL wait besides the weights: {other}"

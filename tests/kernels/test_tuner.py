@@ -135,6 +135,14 @@ def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir)
                       kernel_cache_dir)
     assert cache.lookup_config("w12_gemm", 1, 20, 48, torch.device("cpu")) == {
         **old_w12, "K_STAGES": 1, "ESC_EARLY": 0}
+    # swap-AB configs from before PREFETCH wait for the previous kernel before any load, as then
+    old_dot = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 1, "num_warps": 4,
+               "num_stages": 2}
+    for op, extra in (("skinny_gemm", {}), ("w12_gemm", {"DECODE": "int", "ESC_CHUNK": 1})):
+        cache.store_entry(cache.entry_key(op, 20, 48, 4, kernel_key),
+                          {"config": {**old_dot, **extra}}, kernel_cache_dir)
+        assert cache.lookup_config(op, 3, 20, 48, torch.device("cpu")) == {
+            **old_dot, **extra, "PREFETCH": 0}
 
 
 def test_a_study_of_another_space_is_left_alone(kernel_cache_dir, monkeypatch):
