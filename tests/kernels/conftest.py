@@ -31,6 +31,15 @@ def _poison(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(_INT_POISON.get(t.dtype, -23131))
 
 
+# torch remembers, on the first ``with torch.device(...)`` block of the process, which factory
+# functions such a block redirects (``torch.empty`` among them). Were that first block to run while
+# nan_poison has ``torch.empty`` replaced, the process would remember the replacement, and every
+# later ``with torch.device("meta")`` model (the cost model's 27B shapes) would be allocated for
+# real: 24 GB, killed for memory, when a later test module builds one. Let it see the real ones.
+with torch.device("meta"):
+    torch.empty(1)
+
+
 @pytest.fixture(autouse=True)
 def nan_poison(monkeypatch):
     """torch.empty / empty_like / Tensor.new_empty return NaN (floats) or garbage (ints)."""
