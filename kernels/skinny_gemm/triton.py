@@ -58,8 +58,8 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
                                 SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr, PDL: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``;
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``). The first K step's weight
-    tile is loaded before :func:`pdl_start`, under the previous kernel's tail (weights are never
-    written by a kernel of the step; x is read after the wait)."""
+    tile is loaded before :func:`pdl_start`, under the previous kernel's tail
+    (:mod:`specpilot.kernels.common.pdl`); x is read after the wait."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

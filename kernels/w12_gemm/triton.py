@@ -189,9 +189,8 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     ``tl.dot`` is pipelined only when asked).
 
     The first K step's weight tiles (and, with ``ESC_EARLY``, the escape ranges) are loaded
-    *before* :func:`pdl_start`: weights are never written by a kernel of the step, so under PDL these
-    loads overlap the previous kernel's tail instead of starting from an idle memory system once
-    it has finished; x, the only input an earlier kernel writes, is read after the wait."""
+    *before* :func:`pdl_start`, under the previous kernel's tail (why that is safe:
+    :mod:`specpilot.kernels.common.pdl`); x is read after the wait."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -71,6 +71,11 @@ def weight_loads(code: str) -> Counter:
     return widths
 
 
+# the mma.sync swap-AB kernel (BLOCK_N = 16 x 2 warps)
+W12_DOT = {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
+           "ASM": True, "X_F32": False, "ESC_CHUNK": 1}
+
+
 @pytest.mark.parametrize("kernel, constexprs, num_warps, num_stages", [
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {"BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
@@ -78,14 +83,9 @@ def weight_loads(code: str) -> Counter:
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
                   "ESC_CHUNK": 4, "K_STAGES": 3, "ESC_EARLY": True}, 2, 3, id="gemv-early-piped"),
-    pytest.param("w12_gemm_fwd_kernel_dot",
-                 {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
-                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "PREFETCH": False}, 2, 3,
-                 id="dot"),
-    pytest.param("w12_gemm_fwd_kernel_dot",
-                 {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
-                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "PREFETCH": True, "PDL": True},
-                 2, 3, id="dot-prefetch"),
+    pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": False}, 2, 3, id="dot"),
+    pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": True, "PDL": True}, 2, 3,
+                 id="dot-prefetch"),
 ])
 def test_weight_loads_are_16_byte_vectors(kernel, constexprs, num_warps, num_stages):
     widths = weight_loads(ptx(kernel, constexprs, num_warps, num_stages))
@@ -104,9 +104,7 @@ GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True}
                   "K_STAGES": 3}, id="w12-early-piped"),
     pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", GEMV, id="bf16"),
     pytest.param("w12_gemm", "w12_gemm_fwd_kernel_dot",
-                 {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
-                  "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "PREFETCH": True, "PDL": True},
-                 id="w12-dot"),
+                 {**W12_DOT, "PREFETCH": True, "PDL": True}, id="w12-dot"),
     pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot",
                  {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
                   "PDL": True}, id="bf16-dot"),
@@ -124,6 +122,6 @@ def test_first_weights_load_before_the_pdl_wait(op, kernel, constexprs):
     assert "cp.async" not in before, "a pipelined load is issued before the PDL wait"
     # Everything else is a weight load, but the rows' escape ranges (int32 scalars) with
     # ESC_EARLY; an escape's x value (a bf16 gather) would be a b16 load.
-    other = [op for op in re.findall(r"ld\.global[\w.:]*", before) if "evict_first" not in op]
+    other = [ld for ld in re.findall(r"ld\.global[\w.:]*", before) if "evict_first" not in ld]
     allowed = {"ld.global.b32"} if constexprs.get("ESC_EARLY") else set()
     assert set(other) <= allowed, f"loads before the PDL wait besides the weights: {other}"
