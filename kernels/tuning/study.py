@@ -134,8 +134,9 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
             default ``<cache dir>/optuna.journal``.
         directory: cache directory (default :func:`cache.cache_dir`).
         force: tune even if the cache already holds a config for this key.
-        extra_params: more categorical parameters merged into every config (tests use
-            ``{"_test_corrupt": [False, True]}`` to prove wrong configs are failed, never timed).
+        extra_params: more categorical parameters merged into every config; the enqueued sweep
+            cycles through their choices (tests use ``{"_test_corrupt": [False, True]}`` to
+            prove wrong configs are failed, never timed).
     """
     import optuna
 
@@ -170,12 +171,18 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, trials // 3)),
             load_if_exists=True)
         if not study.trials:
+            valid = []
             for config in tunable.space.SWEEP:
                 try:
                     tunable.space.validate(config, m, n, k)
                 except ValueError:
                     continue
-                extra = {p: choices[0] for p, choices in (extra_params or {}).items()}
+                valid.append(config)
+            # the sweep cycles through each extra parameter's choices, so every choice is tried
+            # from the first trials on, whatever the sampler later proposes
+            for i, config in enumerate(valid):
+                extra = {p: choices[i % len(choices)] for p, choices in
+                         (extra_params or {}).items()}
                 study.enqueue_trial({**_as_params(config), **extra})
         num_ok = num_failed = num_invalid = 0
         seen: dict[str, tuple[str, Timing | None, str]] = {}

@@ -25,11 +25,13 @@ def _journal(directory):
 
 
 def test_wrong_configs_are_failed_trials(kernel_cache_dir):
+    # seven sweep configs run at this shape; the sweep alternates the flag, so trials 2, 4 and 6
+    # corrupt their output whatever the sampler draws after the sweep
     [result] = tune("skinny_gemm", 40, 72, [3], trials=8, device="cpu", reps=2,
                     extra_params={"_test_corrupt": [False, True]}, log=_quiet)
     study = optuna.load_study(study_name=result.study, storage=_journal(kernel_cache_dir))
     corrupt = [t for t in study.trials if t.user_attrs["config"].get("_test_corrupt")]
-    assert corrupt, "the sampler never proposed the corrupting flag"
+    assert len(corrupt) >= 3, "the sweep did not alternate the corrupting flag"
     for t in corrupt:
         assert t.state == optuna.trial.TrialState.FAIL
         assert t.user_attrs["state"] in ("wrong", "invalid") or t.user_attrs["state"].startswith(
