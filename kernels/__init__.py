@@ -3,7 +3,7 @@
 One folder per op (STYLE.md items 9-10): ``reference.py`` (pure torch, fp32 accumulation,
 ``<op>_ref``), ``triton.py`` (``<op>_fwd_kernel_<suffix>`` kernels and a launcher ``<op>`` with the
 reference's exact signature), ``space.py`` (the tuning space as data: ``KEY``, ``PARAMS``,
-``CONFIGS``, ``SWEEP``).
+``configs()``, ``SWEEP``).
 
 - :mod:`specpilot.kernels.skinny_gemm`: bf16 ``[M, K] x [N, K]^T`` for decode and verify
   (M = 1..64).

@@ -7,18 +7,22 @@ programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for non
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
 software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
-``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait).
+``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait),
+``L2_PREFETCH`` (gemv, dot: the weights of that many K steps after the first requested into L2
+before the PDL wait, :mod:`specpilot.kernels.common.prefetch`; 0 for none; GPU only).
 BLOCK_T is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K)
 and environment.
 """
 
 import itertools
+from collections.abc import Iterator
 
 from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.common.launch import next_pow2
 
 KEY = ("M_BUCKET", "N", "K")
+L2_STEPS = [0, 1, 2, 4, 8, 16, 64]  # L2_PREFETCH choices: K steps after the first
 
 PARAMS = {
     "gemv": {
@@ -28,6 +32,7 @@ PARAMS = {
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
         "K_STAGES": [1, 2, 3, 4],
+        "L2_PREFETCH": L2_STEPS,
     },
     "gemv_sk": {
         "BLOCK_N": [8, 16, 32],
@@ -45,23 +50,26 @@ PARAMS = {
         "num_warps": [4, 8],
         "num_stages": [2, 3, 4, 5],
         "PREFETCH": [0, 1],
+        "L2_PREFETCH": L2_STEPS,
     },
 }
 
-CONFIGS = [
-    {"kernel": kernel, **dict(zip(params, values))}
-    for kernel, params in PARAMS.items()
-    for values in itertools.product(*params.values())
-]
+
+def configs() -> Iterator[dict]:
+    """Every config of the space, lazily (the product runs to hundreds of thousands)."""
+    for kernel, params in PARAMS.items():
+        for values in itertools.product(*params.values()):
+            yield {"kernel": kernel, **dict(zip(params, values))}
+
 
 # A handful of starting points (the REFERENCE-kernels.md §3.1 prototype's winners on H200): the
 # H200 script's short sweep and the tuner's first trials.
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, k_stages: int = 1, prefetch: int = 0) -> dict:
+            num_stages: int, k_stages: int = 1, prefetch: int = 0, l2: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
-              "num_warps": num_warps, "num_stages": num_stages}
+              "num_warps": num_warps, "num_stages": num_stages, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages} if kernel == "gemv"
             else {**config, "PREFETCH": prefetch})
 
@@ -98,7 +106,8 @@ SWEEP = [
 # Parameters a kernel gained after configs were stored, with the value that runs it as before
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
-ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1}, "dot": {"PREFETCH": 0}}
+ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "L2_PREFETCH": 0},
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
@@ -151,7 +160,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 
 # Parameters whose value must be one of their listed choices (0 means "off" for these).
-CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH")
+CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH")
 
 
 def check_param(name: str, value, choices: list) -> None:
@@ -164,10 +173,14 @@ def check_param(name: str, value, choices: list) -> None:
 
 
 def check_launch(config: dict) -> None:
-    """Launch options this backend cannot run: PDL under the Triton interpreter."""
+    """Launch options this backend cannot run: PDL and the L2 prefetch under the Triton
+    interpreter."""
     if config.get("PDL") and interpreting():
         raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
                          "the Triton interpreter cannot run")
+    if config.get("L2_PREFETCH") and interpreting():
+        raise ValueError("L2_PREFETCH > 0 is inline PTX (cp.async.bulk.prefetch), which the "
+                         "Triton interpreter cannot run")
 
 
 def check_int(name: str, value) -> None:
@@ -194,9 +207,7 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     if m == 1:
         bk = 512 if k >= 4096 else 256
         split = _split_for(cdiv(n, 16), cdiv(k, bk), num_sms, 4)
-        return {"kernel": "gemv", "BLOCK_N": 16, "BLOCK_K": bk, "SPLIT_K": split,
-                "num_warps": 4, "num_stages": 3, "K_STAGES": 1}
+        return _config("gemv", 16, bk, split, 4, 3)
     bn = 128 if n >= 128 * num_sms else 64
     split = _split_for(cdiv(n, bn), cdiv(k, 128), num_sms, 2)
-    return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split,
-            "num_warps": 4, "num_stages": 3, "PREFETCH": 0}
+    return _config("dot", bn, 128, split, 4, 3)

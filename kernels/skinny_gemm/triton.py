@@ -21,6 +21,7 @@ from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
+from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import streamk_range
@@ -33,6 +34,21 @@ def weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K: tl.constexpr):
     offs_k = k0 + tl.arange(0, BLOCK_K)
     return tl.load(w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k < k_hi)[None, :],
                    other=0.0, eviction_policy="evict_first")
+
+
+@triton.jit
+def rows_to_l2(w_ptr, stride_wn, first_row, N, k_lo, k_hi, BLOCK_K: tl.constexpr,
+               BLOCK_N: tl.constexpr, L2_PREFETCH: tl.constexpr):
+    """Prefetch into L2 (:mod:`specpilot.kernels.common.prefetch`) the weights of the
+    ``L2_PREFETCH`` K steps after the first, ``[k_lo + BLOCK_K, ...)`` below ``k_hi``, of rows
+    ``first_row ...`` (rows past N: row N - 1). Each row's run is cut to whole 16 bytes; the
+    launcher asks for it only where rows start 16-byte aligned."""
+    k_from = k_lo + BLOCK_K
+    nbytes = (tl.minimum(k_lo + (1 + L2_PREFETCH) * BLOCK_K, k_hi) - k_from) * 2 // 16 * 16
+    if nbytes > 0:
+        for i in tl.static_range(BLOCK_N):
+            row = tl.minimum(first_row + i, N - 1).to(tl.int64)
+            prefetch_l2(w_ptr + row * stride_wn + k_from, nbytes)
 
 
 @triton.jit
@@ -55,11 +71,13 @@ def dot_mac(acc, w, x_cols, t_mask, k0, k_hi, BLOCK_K: tl.constexpr):
 @triton.jit(do_not_specialize=["M"])
 def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
                                 k_per_split, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr, PDL: tl.constexpr):
+                                SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr,
+                                L2_PREFETCH: tl.constexpr, PDL: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``;
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``). The first K step's weight
     tile is loaded before :func:`pdl_start`, under the previous kernel's tail
-    (:mod:`specpilot.kernels.common.pdl`); x is read after the wait."""
+    (:mod:`specpilot.kernels.common.pdl`), and with ``L2_PREFETCH`` the next steps' weights are
+    requested into L2 (:func:`rows_to_l2`); x is read after the wait."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -68,6 +86,9 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
     k_lo = pid_k * k_per_split  # every split is non-empty (splitk_plan)
     k_hi = tl.minimum(k_lo + k_per_split, K)
     w_first = weight_tile(w_rows, n_mask, k_lo, k_hi, BLOCK_K)
+    if L2_PREFETCH:
+        rows_to_l2(w_ptr, stride_wn, pid_n * BLOCK_N, N, k_lo, k_hi, BLOCK_K, BLOCK_N,
+                   L2_PREFETCH)
     pdl_start(PDL)
     acc = gemv_mac(tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32), w_first, x_ptr, k_lo, k_hi,
                    BLOCK_K)
@@ -129,10 +150,11 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
                                stride_wn, k_per_split, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
                                SPLIT_K: tl.constexpr, PREFETCH: tl.constexpr,
-                               PDL: tl.constexpr):
+                               L2_PREFETCH: tl.constexpr, PDL: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``.
     ``PREFETCH``: the first K step's weight tile loads before :func:`pdl_start`, as in the GEMV
-    (bit-identical result)."""
+    (bit-identical result); ``L2_PREFETCH``: the next steps' weights are requested into L2 there
+    (by the first token tile's programs)."""
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -146,6 +168,10 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
     k_hi = tl.minimum(k_lo + k_per_split, K)
     if PREFETCH:
         w_first = weight_tile(w_rows, n_mask, k_lo, k_hi, BLOCK_K)
+    if L2_PREFETCH:
+        if pid_t == 0:
+            rows_to_l2(w_ptr, stride_wn, pid_n * BLOCK_N, N, k_lo, k_hi, BLOCK_K, BLOCK_N,
+                       L2_PREFETCH)
     pdl_start(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     k_rest = k_lo
@@ -193,6 +219,9 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
             *plan.schedule, **plan.options, **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
+    # rows must start 16-byte aligned for the L2 prefetch (prefetch.py)
+    aligned = weight.stride(0) % 8 == 0 and weight.data_ptr() % 16 == 0
+    meta["L2_PREFETCH"] = cfg["L2_PREFETCH"] if aligned else 0
     if plan.block_t is None:
         skinny_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),

@@ -53,11 +53,16 @@ class TuneResult:
     """The Optuna study's name: the cache key and the space's ``space_id`` ("" from cache)."""
 
 
+# Choices that are PTX (inline asm, griddepcontrol), which the Triton interpreter cannot run.
+_PTX_ONLY = {"DECODE": lambda c: c == "prmt", "PDL": bool, "L2_PREFETCH": bool}
+
+
 def params_for(space, kernel: str) -> dict[str, list]:
     """The kernel's tuning parameters minus values this backend cannot run (PTX, interpreted)."""
     params = {}
     for name, choices in space.PARAMS[kernel].items():
-        params[name] = [c for c in choices if not (interpreting() and c == "prmt")]
+        ptx_only = _PTX_ONLY.get(name) if interpreting() else None
+        params[name] = [c for c in choices if not (ptx_only and ptx_only(c))]
     return params
 
 

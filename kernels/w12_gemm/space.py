@@ -14,6 +14,9 @@ down_proj and out_proj in run 10 and gate_up in run 12, and lost elsewhere
 under the previous kernel's tail, as the M = 1 GEMV always does (H200 runs 20-23,
 results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR decode ran at
 1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19; the swap-AB kernels' is unmeasured).
+``L2_PREFETCH`` (GEMV and swap-AB kernel; 0: off, GPU only) requests the planes' blocks of that
+many K steps after the first into L2 before the PDL wait
+(:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends.
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
@@ -34,9 +37,11 @@ won down_proj and out_proj in that run.
 """
 
 import itertools
+from collections.abc import Iterator
 
 from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.skinny_gemm.space import L2_STEPS
 from specpilot.kernels.skinny_gemm.space import block_t
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
@@ -44,7 +49,7 @@ from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.w12.format import block_pairs_for
 
-__all__ = ["CONFIGS", "KEY", "PARAMS", "SWEEP", "block_t", "default_config", "kernels_for",
+__all__ = ["KEY", "PARAMS", "SWEEP", "block_t", "configs", "default_config", "kernels_for",
            "m_bucket", "validate"]
 
 KEY = ("M_BUCKET", "N", "K")
@@ -60,6 +65,7 @@ PARAMS = {
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4, 8],
         "ESC_EARLY": [0, 1],
+        "L2_PREFETCH": L2_STEPS,
     },
     "gemv_sk": {
         "BLOCK_N": [8, 16, 32],
@@ -81,14 +87,17 @@ PARAMS = {
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4, 8],
         "PREFETCH": [0, 1],
+        "L2_PREFETCH": L2_STEPS,
     },
 }
 
-CONFIGS = [
-    {"kernel": kernel, **dict(zip(params, values))}
-    for kernel, params in PARAMS.items()
-    for values in itertools.product(*params.values())
-]
+
+def configs() -> Iterator[dict]:
+    """Every config of the space, lazily (the product runs to hundreds of thousands)."""
+    for kernel, params in PARAMS.items():
+        for values in itertools.product(*params.values()):
+            yield {"kernel": kernel, **dict(zip(params, values))}
+
 
 # Starting points: the GEMV after the REFERENCE-kernels.md §3.4 prototype (8-16 x 256-512); the
 # swap-AB kernel with BLOCK_N = 16 x num_warps (mma.sync, the A operand decoded in registers) at
@@ -97,10 +106,10 @@ CONFIGS = [
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
             num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1,
-            esc_early: int = 0, prefetch: int = 0) -> dict:
+            esc_early: int = 0, prefetch: int = 0, l2: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
-              "ESC_CHUNK": esc_chunk}
+              "ESC_CHUNK": esc_chunk, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
             else {**config, "PREFETCH": prefetch})
 
@@ -175,7 +184,8 @@ SWEEP = [
 # Parameters a kernel gained after configs were stored, with the value that runs it as before
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
-ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0}, "dot": {"PREFETCH": 0}}
+ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0},
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024

@@ -53,6 +53,7 @@ from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
+from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import streamk_range
@@ -116,6 +117,24 @@ def weight_rows(planes_ptr, offs_n, N, K2, BR: tl.constexpr, BP: tl.constexpr):
 
 
 @triton.jit
+def blocks_to_l2(planes_ptr, first_row, N, K2, j_lo, j_hi, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
+                 L2_PREFETCH: tl.constexpr):
+    """Prefetch into L2 (:mod:`specpilot.kernels.common.prefetch`) the planes' whole blocks that
+    hold the ``L2_PREFETCH`` K steps after the first, ``[j_lo + BLOCK_K, ...)`` below ``j_hi``, of
+    the row blocks of rows ``first_row ...`` (past N: the last row block). A row block's pair
+    blocks are one contiguous run, so that is one prefetch per row block."""
+    b_lo = (j_lo + BLOCK_K) // BP
+    b_hi = tl.cdiv(tl.minimum(j_lo + (1 + L2_PREFETCH) * BLOCK_K, j_hi), BP)
+    nbytes = (b_hi - b_lo) * (3 * BR * BP)
+    if nbytes > 0:
+        for i in tl.static_range((BLOCK_N + BR - 1) // BR):
+            block_row = tl.minimum(first_row // BR + i, (N - 1) // BR)
+            prefetch_l2(planes_ptr + plane_rows(block_row * BR, K2, BR, BP)
+                        + b_lo * (3 * BR * BP), nbytes)
+
+
+@triton.jit
 def step_tiles(w_rows, j0, BLOCK_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr):
     """One K step's three ``[BN, BLOCK_K]`` uint8 tiles: codes, low-half and high-half
     sign+mantissa. Unmasked: rows are clamped (:func:`weight_rows`) and the planes' pair columns
@@ -172,7 +191,8 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                              BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr,
                              ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
-                             ESC_EARLY: tl.constexpr, PDL: tl.constexpr):
+                             ESC_EARLY: tl.constexpr, L2_PREFETCH: tl.constexpr,
+                             PDL: tl.constexpr):
     """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``. Split
     s covers pair columns ``[s*k_per_split, ...)`` up to K2 rounded up to a whole step; only split
     0 applies escapes.
@@ -190,7 +210,8 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
 
     The first K step's weight tiles (and, with ``ESC_EARLY``, the escape ranges) are loaded
     *before* :func:`pdl_start`, under the previous kernel's tail (why that is safe:
-    :mod:`specpilot.kernels.common.pdl`); x is read after the wait."""
+    :mod:`specpilot.kernels.common.pdl`), and with ``L2_PREFETCH`` the next steps' blocks are
+    requested into L2 there (:func:`blocks_to_l2`); x is read after the wait."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -198,6 +219,9 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
     j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)  # never empty (splitk_plan)
     nib, sm_a, sm_b = step_tiles(w_rows, j_lo, BLOCK_K, BR, BP)
+    if L2_PREFETCH:
+        blocks_to_l2(planes_ptr, pid_n * BLOCK_N, N, K2, j_lo, j_hi, BLOCK_N, BLOCK_K, BR, BP,
+                     L2_PREFETCH)
     if ESC_EARLY:
         start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
     pdl_start(PDL)
@@ -319,13 +343,15 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
                             SPLIT_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
                             ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr,
-                            PREFETCH: tl.constexpr, PDL: tl.constexpr):
+                            PREFETCH: tl.constexpr, L2_PREFETCH: tl.constexpr,
+                            PDL: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
     tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``.
     ``PREFETCH``: the first K step's weight tiles load before :func:`pdl_start`, as in the GEMV
-    (same products in the same order: the result is bit-identical either way).
+    (same products in the same order: the result is bit-identical either way); ``L2_PREFETCH``:
+    the next steps' blocks are requested into L2 there (by the first token tile's programs).
     """
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
@@ -339,6 +365,10 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     j_lo, j_hi = split_range(pid_k, k_per_split, K2, BLOCK_K)  # never empty (splitk_plan)
     if PREFETCH:
         nib, sm_a, sm_b = step_tiles(w_rows, j_lo, BLOCK_K, BR, BP)
+    if L2_PREFETCH:
+        if pid_t == 0:
+            blocks_to_l2(planes_ptr, pid_n * BLOCK_N, N, K2, j_lo, j_hi, BLOCK_N, BLOCK_K, BR,
+                         BP, L2_PREFETCH)
     pdl_start(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     j_rest = j_lo
@@ -408,6 +438,9 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
             "BP": packed.block_pairs, "ASM": cfg["DECODE"] == "prmt",
             "ESC_CHUNK": cfg["ESC_CHUNK"], "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}
+    # the prefetch's runs must start 16-byte aligned (prefetch.py); block runs are 192-byte
+    # multiples, so the planes' start decides
+    l2 = cfg.get("L2_PREFETCH", 0) if packed.planes.data_ptr() % 16 == 0 else 0
     scale = window_scale(packed.base)
     if cfg["kernel"] == "gemv_sk":
         w12_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
@@ -417,13 +450,13 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), **meta,
-            **pdl_launch(x.device))
+            K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), L2_PREFETCH=l2,
+            **meta, **pdl_launch(x.device))
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
             plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits,
-            PREFETCH=bool(cfg["PREFETCH"]), **meta, **pdl_launch(x.device))
+            PREFETCH=bool(cfg["PREFETCH"]), L2_PREFETCH=l2, **meta, **pdl_launch(x.device))
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

@@ -73,16 +73,18 @@ def weight_loads(code: str) -> Counter:
 
 # the mma.sync swap-AB kernel (BLOCK_N = 16 x 2 warps)
 W12_DOT = {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
-           "ASM": True, "X_F32": False, "ESC_CHUNK": 1}
+           "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "L2_PREFETCH": 0}
 
 
 @pytest.mark.parametrize("kernel, constexprs, num_warps, num_stages", [
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {"BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
-                  "ESC_CHUNK": 1, "K_STAGES": 1, "ESC_EARLY": False}, 4, 3, id="gemv"),
+                  "ESC_CHUNK": 1, "K_STAGES": 1, "ESC_EARLY": False, "L2_PREFETCH": 0}, 4, 3,
+                 id="gemv"),
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
-                  "ESC_CHUNK": 4, "K_STAGES": 3, "ESC_EARLY": True}, 2, 3, id="gemv-early-piped"),
+                  "ESC_CHUNK": 4, "K_STAGES": 3, "ESC_EARLY": True, "L2_PREFETCH": 0}, 2, 3,
+                 id="gemv-early-piped"),
     pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": False}, 2, 3, id="dot"),
     pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": True, "PDL": True}, 2, 3,
                  id="dot-prefetch"),
@@ -92,7 +94,10 @@ def test_weight_loads_are_16_byte_vectors(kernel, constexprs, num_warps, num_sta
     assert widths and set(widths) == {16}, widths
 
 
-GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True}
+GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True,
+        "L2_PREFETCH": 0}
+BF16_DOT = {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
+            "PDL": True, "L2_PREFETCH": 0}
 
 
 @pytest.mark.parametrize("op, kernel, constexprs", [
@@ -105,9 +110,12 @@ GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True}
     pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", GEMV, id="bf16"),
     pytest.param("w12_gemm", "w12_gemm_fwd_kernel_dot",
                  {**W12_DOT, "PREFETCH": True, "PDL": True}, id="w12-dot"),
-    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot",
-                 {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
-                  "PDL": True}, id="bf16-dot"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot", BF16_DOT, id="bf16-dot"),
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 4, "ESC_EARLY": True,
+                  "K_STAGES": 3, "L2_PREFETCH": 4}, id="w12-early-piped-l2"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", {**GEMV, "L2_PREFETCH": 2},
+                 id="bf16-l2"),
 ])
 def test_first_weights_load_before_the_pdl_wait(op, kernel, constexprs):
     """Under PDL the GEMVs, and the swap-AB kernels with ``PREFETCH``, issue their first K step's
@@ -119,9 +127,38 @@ def test_first_weights_load_before_the_pdl_wait(op, kernel, constexprs):
     before = code.split("griddepcontrol.wait")[0]
     assert weight_loads(before), "no weight load is issued before the PDL wait"
     assert "evict_last" not in before, "x is read before the PDL wait"
-    assert "cp.async" not in before, "a pipelined load is issued before the PDL wait"
+    copies = [op for op in re.findall(r"cp\.async[\w.:]*", before)
+              if op != "cp.async.bulk.prefetch.L2.global"]
+    assert not copies, f"a pipelined load is issued before the PDL wait: {copies}"
     # Everything else is a weight load, but the rows' escape ranges (int32 scalars) with
     # ESC_EARLY; an escape's x value (a bf16 gather) would be a b16 load.
     other = [ld for ld in re.findall(r"ld\.global[\w.:]*", before) if "evict_first" not in ld]
     allowed = {"ld.global.b32"} if constexprs.get("ESC_EARLY") else set()
     assert set(other) <= allowed, f"loads before the PDL wait besides the weights: {other}"
+
+
+@pytest.mark.parametrize("op, kernel, constexprs, num_runs", [
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BLOCK_N": 8, "BLOCK_K": 256, "BR": 4, "BP": 512, "ASM": True,
+                  "ESC_CHUNK": 1, "ESC_EARLY": False, "L2_PREFETCH": 8}, 2, id="w12-gemv"),
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": True,
+                                                         "PDL": True, "L2_PREFETCH": 2}, 8,
+                 id="w12-dot"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", {**GEMV, "L2_PREFETCH": 1}, 4,
+                 id="bf16-gemv"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot", {**BF16_DOT, "L2_PREFETCH": 16},
+                 64, id="bf16-dot"),
+])
+def test_l2_prefetch_is_one_thread_per_run_before_the_pdl_wait(op, kernel, constexprs,
+                                                                 num_runs):
+    """``L2_PREFETCH``: one bulk L2 prefetch per contiguous run of the program's weights (W12:
+    per row block of 4 rows; bf16: per row), issued before the PDL wait by thread 0 only; none at
+    ``L2_PREFETCH = 0``."""
+    code = ptx(kernel, constexprs, 2, 3, op)
+    before, after = code.split("griddepcontrol.wait")
+    prefetches = re.findall(r"(@\w+ )?cp\.async\.bulk\.prefetch\.L2\.global", before)
+    assert len(prefetches) == num_runs, prefetches
+    assert all(p.startswith("@") for p in prefetches), "a prefetch is not predicated"
+    assert "setp.eq.u32 p, t, 0" in before and "%tid.x" in before
+    assert "cp.async.bulk.prefetch" not in after
+    assert "cp.async.bulk.prefetch" not in ptx(kernel, {**constexprs, "L2_PREFETCH": 0}, 2, 3, op)

@@ -16,12 +16,12 @@ from specpilot.kernels.skinny_gemm.triton import skinny_gemm as skinny_gemm_trit
 
 def gemv(bn=16, bk=32, split=1, k_stages=1):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
-            "num_stages": 1, "K_STAGES": k_stages}
+            "num_stages": 1, "K_STAGES": k_stages, "L2_PREFETCH": 0}
 
 
 def dot(bn=16, bk=16, split=1, prefetch=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
-            "num_stages": 2, "PREFETCH": prefetch}
+            "num_stages": 2, "PREFETCH": prefetch, "L2_PREFETCH": 0}
 
 
 def streamk(bn=8, bk=16, programs=None):
@@ -164,6 +164,8 @@ def test_strided_x_and_empty_shapes():
     (streamk(), 2, "cannot run M=2"),
     ({**streamk(), "PDL": 1}, 1, "interpreter cannot run"),
     ({**streamk(), "PDL": 2}, 1, "PDL"),
+    ({**gemv(), "L2_PREFETCH": 4}, 1, "L2_PREFETCH > 0 is inline PTX"),
+    ({**dot(), "L2_PREFETCH": 3}, 2, "L2_PREFETCH"),
     (dot(bn=24), 2, "power of two"),
     (dot(bn=8), 2, "BLOCK_N >= 16"),
     ({"kernel": "mma"}, 2, "kernel"),
@@ -176,7 +178,7 @@ def test_bad_config_is_rejected(config, m, message):
 
 def test_space_data():
     assert space.KEY == ("M_BUCKET", "N", "K")
-    assert len(space.CONFIGS) == sum(math.prod(len(c) for c in p.values())
+    assert sum(1 for _ in space.configs()) == sum(math.prod(len(c) for c in p.values())
                                      for p in space.PARAMS.values())
     for config in space.SWEEP:  # PDL is GPU-only: validated here without it
         space.validate({**config, "PDL": 0} if "PDL" in config else config,

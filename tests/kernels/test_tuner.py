@@ -71,7 +71,7 @@ def test_cache_hit_then_miss_on_changed_fingerprint(kernel_cache_dir, monkeypatc
 
 def test_linear_uses_the_cached_config(kernel_cache_dir, monkeypatch):
     chosen = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 3, "num_warps": 4,
-              "num_stages": 2, "PREFETCH": 0}
+              "num_stages": 2, "PREFETCH": 0, "L2_PREFETCH": 0}
     kernel_key = fingerprint.current("cpu").kernel_key()
     cache.store_entry(cache.entry_key("skinny_gemm", 20, 48, 4, kernel_key), {"config": chosen},
                       kernel_cache_dir)
@@ -123,7 +123,7 @@ def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir)
     cache.store_entry(cache.entry_key("skinny_gemm", 20, 48, 1, kernel_key), {"config": old},
                       kernel_cache_dir)
     assert cache.lookup_config("skinny_gemm", 1, 20, 48, torch.device("cpu")) == {
-        **old, "K_STAGES": 1}
+        **old, "K_STAGES": 1, "L2_PREFETCH": 0}
     [cached] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, log=_quiet)
     assert cached.from_cache and cached.config["K_STAGES"] == 1
     # an entry no completion makes valid is tuned again
@@ -136,15 +136,16 @@ def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir)
     cache.store_entry(cache.entry_key("w12_gemm", 20, 48, 1, kernel_key), {"config": old_w12},
                       kernel_cache_dir)
     assert cache.lookup_config("w12_gemm", 1, 20, 48, torch.device("cpu")) == {
-        **old_w12, "K_STAGES": 1, "ESC_EARLY": 0}
-    # swap-AB configs from before PREFETCH wait for the previous kernel before any load, as then
+        **old_w12, "K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0}
+    # swap-AB configs from before PREFETCH and L2_PREFETCH wait for the previous kernel before any
+    # load, as then
     old_dot = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 1, "num_warps": 4,
                "num_stages": 2}
     for op, extra in (("skinny_gemm", {}), ("w12_gemm", {"DECODE": "int", "ESC_CHUNK": 1})):
         cache.store_entry(cache.entry_key(op, 20, 48, 4, kernel_key),
                           {"config": {**old_dot, **extra}}, kernel_cache_dir)
         assert cache.lookup_config(op, 3, 20, 48, torch.device("cpu")) == {
-            **old_dot, **extra, "PREFETCH": 0}
+            **old_dot, **extra, "PREFETCH": 0, "L2_PREFETCH": 0}
 
 
 def test_a_study_of_another_space_is_left_alone(kernel_cache_dir, monkeypatch):

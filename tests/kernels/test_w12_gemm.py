@@ -20,12 +20,13 @@ from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
 def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1, early=1):
     return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 1,
             "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "K_STAGES": k_stages,
-            "ESC_EARLY": early}
+            "ESC_EARLY": early, "L2_PREFETCH": 0}
 
 
 def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
-            "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch}
+            "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch,
+            "L2_PREFETCH": 0}
 
 
 def streamk(bn=8, bk=16, programs=None, esc=1):
@@ -209,3 +210,5 @@ def test_shape_errors():
         w12_gemm_triton(x[:, :39], packed, config=dot())
     with pytest.raises(ValueError, match="inline PTX"):
         w12_gemm_triton(x, packed, config={**dot(), "DECODE": "prmt"})
+    with pytest.raises(ValueError, match="L2_PREFETCH > 0 is inline PTX"):
+        w12_gemm_triton(x[:1], packed, config={**gemv(), "L2_PREFETCH": 2})
