@@ -103,9 +103,10 @@ def run_shape(name: str, k: int, n: int, ms: list[int], l2s: list[int]) -> list[
                     out = op.launcher(*case.args[0], config=cfg)
                     row["bit_identical_to_l2_0"] = bool(torch.equal(out, ref))
                     if row["ok"] and row["bit_identical_to_l2_0"]:
-                        calls = [lambda a=a, c=cfg: op.launcher(*a, config=c) for a in case.args]
+                        f = op.launcher
+                        calls = [lambda a=a, c=cfg, f=f: f(*a, config=c) for a in case.args]
                         row["back_to_back_us"] = time_calls(calls, kb.DEV, REPS).p50_us
-                        paired = [lambda a=a, c=cfg: op.launcher(norm(), a[1], config=c)
+                        paired = [lambda a=a, c=cfg, f=f: f(norm(), a[1], config=c)
                                   for a in case.args]
                         row["after_norm_us"] = time_calls(paired, kb.DEV, REPS).p50_us
                     rows.append(row)

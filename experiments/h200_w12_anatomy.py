@@ -161,7 +161,7 @@ def layout_rows(row, x, packed, ncop, n, k, k2, timed, dev) -> None:
         del blk
         cfg = {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": nw,
                "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 4, "K_STAGES": ks,
-               "ESC_EARLY": 1}
+               "ESC_EARLY": 1, "L2_PREFETCH": 0}
         for name, planes in (("product", copies), ("product_noesc", noesc)):
             for early in (0, 1):
                 c = {**cfg, "ESC_EARLY": early, "ESC_CHUNK": 4 if early else 1}

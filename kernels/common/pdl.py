@@ -8,7 +8,8 @@ writes are visible, then allow the next kernel to launch -- and only then touch 
 kernel of the step writes. So the launch of kernel k+1 overlaps the tail of kernel k, and every
 result is what a serial launch gives. The M = 1 grid GEMVs (bf16 and W12), and the swap-AB
 kernels configured with ``PREFETCH``, load their first K step's weights (the W12 GEMV with
-``ESC_EARLY``: and the rows' escape ranges) before the wait. That is safe because the kernel just
+``ESC_EARLY``: and the rows' escape ranges) before the wait, and with ``L2_PREFETCH`` ask L2 for
+the next steps' weights there (:mod:`.prefetch`). That is safe because the kernel just
 before never writes them: no kernel of a step writes a weight (weights are written at load time,
 long before a step runs). So those loads may overlap the previous kernel's tail
 (``tests/kernels/test_codegen.py`` checks that nothing else is read before the wait).

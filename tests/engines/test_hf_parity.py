@@ -53,7 +53,7 @@ def test_greedy_tokens_equal_hf_generate(hf_and_ours, tiny_models, tiny_prompts)
     hf, _ = hf_and_ours
     engine = tiny_models.engine(AR)
     params = SamplingParams(max_new_tokens=64, ignore_eos=True)
-    for prompt in tiny_prompts:
+    for prompt in tiny_prompts[:8]:  # 8 x 64 tokens: HF's torch Gated DeltaNet is the slow part
         with torch.no_grad():
             ref = hf.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False,
                               min_new_tokens=64, eos_token_id=None, pad_token_id=0)

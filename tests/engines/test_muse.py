@@ -77,7 +77,7 @@ def test_greedy_tokens_equal_hf_generate(muse, tiny_models, tiny_prompts):
     hf, ours = muse
     engine = Engine(ours, None, AR, max_len=512)
     params = SamplingParams(max_new_tokens=64, ignore_eos=True)
-    for prompt in tiny_prompts:  # 16 prompts, each longer than the sliding window
+    for prompt in tiny_prompts[:8]:  # 8 prompts, each longer than the sliding window
         with torch.no_grad():
             ref = hf.generate(torch.tensor([prompt]), max_new_tokens=64, min_new_tokens=64,
                               do_sample=False, eos_token_id=None, pad_token_id=0)

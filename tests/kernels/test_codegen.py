@@ -6,7 +6,7 @@
 - Under PDL, the GEMVs and the swap-AB kernels with ``PREFETCH`` load only weights (W12 with
   ``ESC_EARLY``: and the rows' escape ranges) before ``griddepcontrol.wait``.
 
-The compile runs in a child process: this directory's conftest puts the parent under the Triton
+The compiles run in one child process: this directory's conftest puts the parent under the Triton
 interpreter, which has no compiler.
 """
 
@@ -27,17 +27,54 @@ POINTERS = {"x_ptr": "*bf16", "w_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": 
 ALIGNED = ("N", "K", "K2", "k_per_split", "stride_xm", "stride_wn")
 
 
+class _Compiler:
+    """One child process, started on first use, that compiles every kernel this module asks for
+    (one import of torch and Triton instead of one per test): a JSON request per line in, the PTX
+    as one JSON string per line out."""
+
+    proc = None
+
+    @classmethod
+    def ptx(cls, request: list) -> str:
+        if cls.proc is None or cls.proc.poll() is not None:
+            env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+            code = (f"import sys, json; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+                    "import test_codegen as t; t.serve()")
+            cls.proc = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        cls.proc.stdin.write(json.dumps(request) + "\n")
+        cls.proc.stdin.flush()
+        answer = json.loads(cls.proc.stdout.readline() or '{"error": "the compiler exited"}')
+        assert "ptx" in answer, answer["error"][-3000:]
+        return answer["ptx"]
+
+
+def serve() -> None:
+    """The child's loop: compile each request (:func:`compile_ptx` arguments) until stdin ends."""
+    import traceback
+
+    for line in sys.stdin:
+        try:
+            answer = {"ptx": compile_ptx(*json.loads(line))}
+        # any failure is the test's to report, with the child's traceback
+        except Exception:  # noqa: BLE001
+            answer = {"error": traceback.format_exc()}
+        print(json.dumps(answer), flush=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_compiler():
+    yield
+    if _Compiler.proc is not None:
+        _Compiler.proc.stdin.close()
+        _Compiler.proc.wait(timeout=60)
+        _Compiler.proc = None
+
+
 def ptx(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int,
         op: str = "w12_gemm") -> str:
-    """The kernel's PTX for sm_90, compiled in a child process without the interpreter."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"import test_codegen as t; print(t.compile_ptx({kernel_name!r}, "
-            f"{json.dumps(constexprs)!r}, {num_warps}, {num_stages}, {op!r}))")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    """The kernel's PTX for sm_90, compiled in the child process without the interpreter."""
+    return _Compiler.ptx([kernel_name, json.dumps(constexprs), num_warps, num_stages, op])
 
 
 def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stages: int,
