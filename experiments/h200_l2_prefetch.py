@@ -34,34 +34,10 @@ from specpilot.kernels.common.bench import num_copies_for  # noqa: E402
 from specpilot.kernels.common.bench import time_calls  # noqa: E402
 from specpilot.kernels.common.check import check_close  # noqa: E402
 from specpilot.kernels.tuning.ops import get_op  # noqa: E402
+from l2_sweep import BASES  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 REPS = 15
-
-
-def _w12(kernel, bn, bk, warps, stages, **extra):
-    base = {"kernel": kernel, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": warps,
-            "num_stages": stages, "DECODE": "prmt", "ESC_CHUNK": 1}
-    if kernel == "gemv":
-        return {**base, "K_STAGES": 1, "ESC_EARLY": 0, **extra}
-    return {**base, "PREFETCH": 1, **extra}
-
-
-def _bf16(kernel, bn, bk, warps, stages, **extra):
-    base = {"kernel": kernel, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": warps,
-            "num_stages": stages}
-    return {**base, "K_STAGES": 1, **extra} if kernel == "gemv" else {**base, "PREFETCH": 1,
-                                                                        **extra}
-
-
-# base configs per (op, M == 1): the H200 sweeps' winners (results/h200-2026-12-01-w12-kernels-*)
-BASES = {
-    ("w12_gemm", True): [_w12("gemv", 4, 512, 2, 3), _w12("gemv", 8, 256, 4, 3),
-                         _w12("gemv", 4, 256, 1, 3, ESC_CHUNK=4, K_STAGES=3, ESC_EARLY=1)],
-    ("w12_gemm", False): [_w12("dot", 32, 128, 2, 3), _w12("dot", 16, 128, 1, 4)],
-    ("skinny_gemm", True): [_bf16("gemv", 8, 256, 4, 3, K_STAGES=4), _bf16("gemv", 8, 512, 4, 3)],
-    ("skinny_gemm", False): [_bf16("dot", 64, 128, 4, 4), _bf16("dot", 128, 128, 4, 3)],
-}
 
 
 def valid(op, cfg, m, n, k) -> bool:

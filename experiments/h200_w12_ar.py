@@ -19,7 +19,7 @@ Writes ``$OUT/h200_w12_ar.json``; each stage prints a progress line to stderr. `
 prints every thread's Python stack and exits after S seconds, so a run cut by the device call's
 limit still says where it was (one run at 55c1176 was cut silently at 480 s). Run from the repo
 root: ``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--pdl-ab]
-[--watchdog-s 540]``
+[--l2 2,8,64] [--watchdog-s 540]``
 """
 
 import argparse
@@ -136,6 +136,8 @@ def main() -> None:
     parser.add_argument("--spec", action="store_true", help="also stock vs stock+w12-target")
     parser.add_argument("--pdl-ab", action="store_true", help="also bf16 and w12 engines whose "
                         "graphs were captured without programmatic dependent launch")
+    parser.add_argument("--l2", default="", help="L2_PREFETCH values whose variants of the "
+                        "l2_sweep.BASES configs join both GEMMs' sweeps (e.g. 2,8,64)")
     parser.add_argument("--note", default="")
     parser.add_argument("--watchdog-s", type=float, default=0.0,
                         help="dump every thread's stack and exit after this many seconds (0: off)")
@@ -159,6 +161,11 @@ def main() -> None:
     progress("models loaded")
     result = {"fingerprint": fingerprint.current("cuda").to_dict(), "setting": SETTING,
               "note": args.note, "load_s": time.time() - t0}
+    if args.l2:
+        sys.path.insert(0, str(ROOT))
+        from l2_sweep import extend_sweeps
+
+        result["l2_variants"] = extend_sweeps([int(v) for v in args.l2.split(",")])
     if not args.no_tune:
         result["tune"] = tune(models.target, [int(m) for m in args.ms.split(",")], args.budget_s,
                               args.wide)

@@ -244,10 +244,17 @@ def main() -> int:
                         help="wall seconds after which no new sweep configs are tried")
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/kernels_h200.json)")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes, Triton interpreter")
+    parser.add_argument("--l2", default="", help="L2_PREFETCH values whose variants of the "
+                        "l2_sweep.BASES configs join both sweeps (e.g. 2,8,64; GPU only)")
     args = parser.parse_args()
     if not CPU_SMOKE and not torch.cuda.is_available():
         print("kernels_h200.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.l2:
+        from l2_sweep import extend_sweeps
+
+        print(f"L2_PREFETCH variants added to the sweeps: "
+              f"{extend_sweeps([int(v) for v in args.l2.split(',')])}", flush=True)
     out_path = Path(args.out or Path(os.environ.get("OUT", ".")) / "kernels_h200.json")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fp = current(DEV.type)

@@ -12,10 +12,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_h200_script_cpu_smoke(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "experiments/kernels_h200.py", "--cpu-smoke"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300,
+    # --l2: the L2 prefetch variants join the sweeps (the interpreter then rejects them: PTX)
+    proc = subprocess.run([sys.executable, "experiments/kernels_h200.py", "--cpu-smoke", "--l2",
+                           "0,8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "L2_PREFETCH variants added to the sweeps: 9\n" in proc.stdout
     report = json.loads((tmp_path / "kernels_h200.json").read_text())
     assert report["fingerprint"]["gpu"].startswith("cpu")
     assert all(c["ok"] for c in report["checks"])
