@@ -16,7 +16,9 @@ results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR deco
 1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19; the swap-AB kernels' is unmeasured).
 ``L2_PREFETCH`` (GEMV and swap-AB kernel; 0: off, GPU only) requests the planes' blocks of that
 many K steps after the first into L2 before the PDL wait
-(:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends.
+(:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends;
+not yet measured on a GPU, so no SWEEP entry has it (``experiments/h200_l2_prefetch.py`` and the
+``--l2`` option of the H200 scripts measure it).
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
