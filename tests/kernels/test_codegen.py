@@ -4,7 +4,8 @@
   cannot prove (a ``%`` in the blocked-plane offset did that) silently turns every weight load into
   a byte load: 1.5x slower than bf16 on the H200, with every result still right.
 - Under PDL, the GEMVs and the swap-AB kernels with ``PREFETCH`` load only weights (W12 with
-  ``ESC_EARLY``: and the rows' escape ranges) before ``griddepcontrol.wait``.
+  ``ESC_EARLY``: and the rows' escape ranges) before ``griddepcontrol.wait``; with
+  ``L2_PREFETCH``, thread 0 also issues one bulk L2 prefetch per contiguous weight run there.
 
 The compiles run in one child process: this directory's conftest puts the parent under the Triton
 interpreter, which has no compiler.
@@ -164,8 +165,8 @@ def test_first_weights_load_before_the_pdl_wait(op, kernel, constexprs):
     before = code.split("griddepcontrol.wait")[0]
     assert weight_loads(before), "no weight load is issued before the PDL wait"
     assert "evict_last" not in before, "x is read before the PDL wait"
-    copies = [op for op in re.findall(r"cp\.async[\w.:]*", before)
-              if op != "cp.async.bulk.prefetch.L2.global"]
+    copies = [c for c in re.findall(r"cp\.async[\w.:]*", before)
+              if c != "cp.async.bulk.prefetch.L2.global"]
     assert not copies, f"a pipelined load is issued before the PDL wait: {copies}"
     # Everything else is a weight load, but the rows' escape ranges (int32 scalars) with
     # ESC_EARLY; an escape's x value (a bf16 gather) would be a b16 load.
