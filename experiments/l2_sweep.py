@@ -10,28 +10,18 @@ from specpilot.kernels.skinny_gemm import space as bf16_space
 from specpilot.kernels.w12_gemm import space as w12_space
 
 
-def _w12(kernel, bn, bk, warps, stages, **extra):
-    base = {"kernel": kernel, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": warps,
-            "num_stages": stages, "DECODE": "prmt", "ESC_CHUNK": 1}
-    if kernel == "gemv":
-        return {**base, "K_STAGES": 1, "ESC_EARLY": 0, **extra}
-    return {**base, "PREFETCH": 1, **extra}
-
-
-def _bf16(kernel, bn, bk, warps, stages, **extra):
-    base = {"kernel": kernel, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "num_warps": warps,
-            "num_stages": stages}
-    return {**base, "K_STAGES": 1, **extra} if kernel == "gemv" else {**base, "PREFETCH": 1,
-                                                                        **extra}
-
-
 # base configs per (op, M == 1): the H200 sweeps' winners (results/h200-2026-12-01-w12-kernels-*)
-BASES = {
-    ("w12_gemm", True): [_w12("gemv", 4, 512, 2, 3), _w12("gemv", 8, 256, 4, 3),
-                         _w12("gemv", 4, 256, 1, 3, ESC_CHUNK=4, K_STAGES=3, ESC_EARLY=1)],
-    ("w12_gemm", False): [_w12("dot", 32, 128, 2, 3), _w12("dot", 16, 128, 1, 4)],
-    ("skinny_gemm", True): [_bf16("gemv", 8, 256, 4, 3, K_STAGES=4), _bf16("gemv", 8, 512, 4, 3)],
-    ("skinny_gemm", False): [_bf16("dot", 64, 128, 4, 4), _bf16("dot", 128, 128, 4, 3)],
+BASES = {  # _config args: kernel, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages, ...
+    ("w12_gemm", True): [w12_space._config("gemv", 4, 512, 1, 2, 3, "prmt"),
+                         w12_space._config("gemv", 8, 256, 1, 4, 3, "prmt"),
+                         w12_space._config("gemv", 4, 256, 1, 1, 3, "prmt", esc_chunk=4,
+                                           k_stages=3, esc_early=1)],
+    ("w12_gemm", False): [w12_space._config("dot", 32, 128, 1, 2, 3, "prmt", prefetch=1),
+                          w12_space._config("dot", 16, 128, 1, 1, 4, "prmt", prefetch=1)],
+    ("skinny_gemm", True): [bf16_space._config("gemv", 8, 256, 1, 4, 3, k_stages=4),
+                            bf16_space._config("gemv", 8, 512, 1, 4, 3)],
+    ("skinny_gemm", False): [bf16_space._config("dot", 64, 128, 1, 4, 4, prefetch=1),
+                             bf16_space._config("dot", 128, 128, 1, 4, 3, prefetch=1)],
 }
 
 

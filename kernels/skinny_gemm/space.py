@@ -173,15 +173,22 @@ def check_param(name: str, value, choices: list) -> None:
         check_int(name, value)
 
 
+# Choices that are PTX, which the Triton interpreter cannot run: parameter -> (is the choice PTX,
+# what it is). The launchers' validation rejects them there and the tuner never proposes them.
+PTX_ONLY = {
+    "DECODE": (lambda c: c == "prmt", "DECODE='prmt' is inline PTX"),
+    "PDL": (bool, "PDL=1 is a programmatic dependent launch (griddepcontrol PTX)"),
+    "L2_PREFETCH": (bool, "L2_PREFETCH > 0 is inline PTX (cp.async.bulk.prefetch)"),
+}
+
+
 def check_launch(config: dict) -> None:
-    """Launch options this backend cannot run: PDL and the L2 prefetch under the Triton
-    interpreter."""
-    if config.get("PDL") and interpreting():
-        raise ValueError("PDL=1 is a programmatic dependent launch (griddepcontrol PTX), which "
-                         "the Triton interpreter cannot run")
-    if config.get("L2_PREFETCH") and interpreting():
-        raise ValueError("L2_PREFETCH > 0 is inline PTX (cp.async.bulk.prefetch), which the "
-                         "Triton interpreter cannot run")
+    """Choices this backend cannot run: :data:`PTX_ONLY` under the Triton interpreter."""
+    if not interpreting():
+        return
+    for name, (is_ptx, what) in PTX_ONLY.items():
+        if name in config and is_ptx(config[name]):
+            raise ValueError(f"{what}, which the Triton interpreter cannot run")
 
 
 def check_int(name: str, value) -> None:

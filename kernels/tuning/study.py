@@ -23,6 +23,7 @@ from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.roofline import Roofline
 from specpilot.kernels.common.roofline import ceiling_for
 from specpilot.kernels.common.roofline import place
+from specpilot.kernels.skinny_gemm.space import PTX_ONLY
 from specpilot.kernels.tuning import cache
 from specpilot.kernels.tuning.ops import Case
 from specpilot.kernels.tuning.ops import TunableOp
@@ -53,16 +54,12 @@ class TuneResult:
     """The Optuna study's name: the cache key and the space's ``space_id`` ("" from cache)."""
 
 
-# Choices that are PTX (inline asm, griddepcontrol), which the Triton interpreter cannot run.
-_PTX_ONLY = {"DECODE": lambda c: c == "prmt", "PDL": bool, "L2_PREFETCH": bool}
-
-
 def params_for(space, kernel: str) -> dict[str, list]:
     """The kernel's tuning parameters minus values this backend cannot run (PTX, interpreted)."""
     params = {}
     for name, choices in space.PARAMS[kernel].items():
-        ptx_only = _PTX_ONLY.get(name) if interpreting() else None
-        params[name] = [c for c in choices if not (ptx_only and ptx_only(c))]
+        is_ptx = PTX_ONLY[name][0] if interpreting() and name in PTX_ONLY else None
+        params[name] = [c for c in choices if not (is_ptx and is_ptx(c))]
     return params
 
 

@@ -1,6 +1,7 @@
 """Tuning space of the W12 encode/decode plane kernels (pack on load, unpack for checks)."""
 
 import itertools
+from collections.abc import Iterator
 
 from specpilot.kernels.common.interpret import interpreting
 
@@ -9,7 +10,12 @@ KEY = ("R", "K")
 PARAMS = {"BLOCK_R": [1, 2, 4, 8], "BLOCK_J": [128, 256, 512], "num_warps": [4, 8],
           "DECODE": ["int", "prmt"]}
 
-CONFIGS = [dict(zip(PARAMS, values)) for values in itertools.product(*PARAMS.values())]
+
+
+def configs() -> Iterator[dict]:
+    """Every config of the space, as the GEMM spaces give theirs."""
+    for values in itertools.product(*PARAMS.values()):
+        yield dict(zip(PARAMS, values))
 
 
 def validate(config: dict) -> None:

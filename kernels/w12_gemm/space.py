@@ -41,7 +41,6 @@ won down_proj and out_proj in that run.
 import itertools
 from collections.abc import Iterator
 
-from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.skinny_gemm.space import L2_STEPS
 from specpilot.kernels.skinny_gemm.space import block_t
@@ -208,8 +207,6 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                          f"missing {sorted(missing)}")
     for name, choices in PARAMS[kernel].items():
         check_param(name, config[name], choices)
-    if config["DECODE"] == "prmt" and interpreting():
-        raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
     check_launch(config)
     pairs = block_pairs_for(cdiv(k, 2))
     if pairs % config["BLOCK_K"]:
