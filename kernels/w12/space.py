@@ -3,7 +3,7 @@
 import itertools
 from collections.abc import Iterator
 
-from specpilot.kernels.common.interpret import interpreting
+from specpilot.kernels.skinny_gemm.space import check_launch
 
 KEY = ("R", "K")
 
@@ -30,8 +30,7 @@ def validate(config: dict) -> None:
             raise ValueError(f"config[{name!r}] must be a positive power of two, got {v!r}")
     if config["DECODE"] not in PARAMS["DECODE"]:
         raise ValueError(f"config['DECODE'] must be one of {PARAMS['DECODE']}")
-    if config["DECODE"] == "prmt" and interpreting():
-        raise ValueError("DECODE='prmt' is inline PTX, which the Triton interpreter cannot run")
+    check_launch(config)
 
 
 def default_config(block_pairs: int = 512) -> dict:
