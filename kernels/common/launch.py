@@ -154,7 +154,7 @@ def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_le
         return plan_streamk(cfg, n, k_split_len, device)
     k_per_split, splits = splitk_plan(k_split_len, cfg["SPLIT_K"], cfg["BLOCK_K"])
     grid_n = cdiv(n, cfg["BLOCK_N"])
-    block_t = None if cfg["kernel"] == "gemv" else space.block_t(m)
+    block_t = None if cfg["kernel"] == "gemv" else space.token_tile(cfg, m)
     grid_t = 1 if block_t is None else cdiv(m, block_t)
     return SkinnyPlan(cfg, k_per_split, splits, workspace(splits, m, n, device),
                       lock_buffer(device, grid_n * grid_t), grid_n, grid_t, block_t)

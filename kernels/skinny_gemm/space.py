@@ -124,6 +124,11 @@ def block_t(m: int) -> int:
     return max(16, min(64, next_pow2(m)))
 
 
+def token_tile(config: dict, m: int) -> int:
+    """The swap-AB kernel's token tile for ``config`` at M: :func:`block_t` (not tuned here)."""
+    return block_t(m)
+
+
 def kernels_for(m: int) -> list[str]:
     """Kernel families that can run M rows."""
     return ["gemv", "gemv_sk", "dot"] if m == 1 else ["dot"]
@@ -160,8 +165,9 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
             raise ValueError(f"dot pipeline needs {smem} B of shared memory > {_SMEM_BUDGET}")
 
 
-# Parameters whose value must be one of their listed choices (0 means "off" for these).
-CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH")
+# Parameters whose value must be one of their listed choices (0 means "off", for BLOCK_T "M
+# decides").
+CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH", "BLOCK_T")
 
 
 def check_param(name: str, value, choices: list) -> None:

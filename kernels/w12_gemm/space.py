@@ -19,6 +19,12 @@ many K steps after the first into L2 before the PDL wait
 (:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends;
 not yet measured on a GPU, so no SWEEP entry has it (``experiments/h200_l2_prefetch.py`` and the
 ``--l2`` option of the H200 scripts measure it).
+``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [16, 64], one token tile) splits
+M into tiles of that many tokens, each a program that decodes the same weights; the tiles of one
+weight tile launch next to each other, so the weights come from HBM once and from L2 after. Why:
+the kernel's registers grow with its token tile (for sm_90, ptxas: 32 x 128 pairs on 2 warps uses
+96 registers at 16 tokens, 182 at 32, and 255 with 200 bytes spilled at 64), and at M = 32 and 64
+the W12 GEMM ran 1.3-3x slower than the bf16 one (results/h200-2026-12-01-kernels-all.json).
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
 decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
@@ -51,7 +57,7 @@ from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.w12.format import block_pairs_for
 
 __all__ = ["KEY", "PARAMS", "SWEEP", "block_t", "configs", "default_config", "kernels_for",
-           "m_bucket", "validate"]
+           "m_bucket", "token_tile", "validate"]
 
 KEY = ("M_BUCKET", "N", "K")
 
@@ -89,6 +95,7 @@ PARAMS = {
         "ESC_CHUNK": [1, 2, 4, 8],
         "PREFETCH": [0, 1],
         "L2_PREFETCH": L2_STEPS,
+        "BLOCK_T": [0, 16, 32],
     },
 }
 
@@ -107,12 +114,12 @@ def configs() -> Iterator[dict]:
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
             num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1,
-            esc_early: int = 0, prefetch: int = 0, l2: int = 0) -> dict:
+            esc_early: int = 0, prefetch: int = 0, l2: int = 0, block_t: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
               "ESC_CHUNK": esc_chunk, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
-            else {**config, "PREFETCH": prefetch})
+            else {**config, "PREFETCH": prefetch, "BLOCK_T": block_t})
 
 
 def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
@@ -174,6 +181,12 @@ SWEEP = [
     _config("dot", 32, 128, 1, 2, 3, "prmt", prefetch=1),
     _config("dot", 32, 128, 2, 2, 4, "prmt", prefetch=1),
     _config("dot", 16, 128, 1, 1, 4, "prmt", prefetch=1),
+    # M = 32 and 64 as tiles of 16 or 32 tokens (only valid there: BLOCK_T must split M).
+    _config("dot", 32, 128, 1, 2, 3, "prmt", block_t=16),
+    _config("dot", 32, 64, 1, 2, 4, "prmt", block_t=16),
+    _config("dot", 32, 128, 4, 2, 3, "prmt", block_t=16),
+    _config("dot", 32, 64, 1, 2, 4, "prmt", block_t=32),
+    _config("dot", 64, 64, 1, 2, 4, "prmt", block_t=16),
     # One stream-K GEMV, so every sweep re-measures it. On the H200 it lost to the grid GEMV on
     # every shape in runs 6-8 (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json), at 7, 8 and 9
     # programs per SM (MAX_REGS 56), pure stream-K and with data-parallel rounds, PDL on and off:
@@ -186,7 +199,7 @@ SWEEP = [
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
 ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0},
-                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0}}
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "BLOCK_T": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
@@ -221,10 +234,20 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     else:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
-        stage = 3 * config["BLOCK_N"] * config["BLOCK_K"] + 4 * config["BLOCK_K"] * block_t(m)
+        if config["BLOCK_T"] >= block_t(m):
+            raise ValueError(f"BLOCK_T={config['BLOCK_T']} does not split M={m} (one tile of "
+                             f"{block_t(m)} tokens covers it): 0 says that")
+        stage = (3 * config["BLOCK_N"] * config["BLOCK_K"]
+                 + 4 * config["BLOCK_K"] * token_tile(config, m))
         if config["num_stages"] * stage > _SMEM_BUDGET:
             raise ValueError(f"dot pipeline needs {config['num_stages'] * stage} B of shared "
                              f"memory > {_SMEM_BUDGET}")
+
+
+def token_tile(config: dict, m: int) -> int:
+    """The swap-AB kernel's token tile: ``BLOCK_T``, or with 0 M padded to a power of two in
+    [16, 64] (:func:`block_t`)."""
+    return config.get("BLOCK_T") or block_t(m)
 
 
 def _split_for(num_tiles: int, k_iters: int, num_sms: int, ctas_per_sm: int) -> int:

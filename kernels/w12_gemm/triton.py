@@ -345,7 +345,11 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
                             ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr,
                             PREFETCH: tl.constexpr, L2_PREFETCH: tl.constexpr,
                             PDL: tl.constexpr):
-    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
+    """Grid (M / BLOCK_T, N / BLOCK_N, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
+
+    The token tiles of one weight tile are neighbours in launch order, so where M spans several
+    (``BLOCK_T`` below M) they run together and all but the first find the weights in L2; each
+    decodes them itself, in registers sized for its own BLOCK_T tokens.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
     tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``.
@@ -353,8 +357,8 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     (same products in the same order: the result is bit-identical either way); ``L2_PREFETCH``:
     the next steps' blocks are requested into L2 there (by the first token tile's programs).
     """
-    pid_n = tl.program_id(0)
-    pid_t = tl.program_id(1)
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -382,7 +386,7 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
     out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
                           esc_delta_ptr, ESC_CHUNK)  # count is 0 outside split 0
-    tile_id = pid_t * tl.num_programs(0) + pid_n
+    tile_id = pid_n * tl.num_programs(0) + pid_t
     store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
 
 
@@ -453,7 +457,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
             K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), L2_PREFETCH=l2,
             **meta, **pdl_launch(x.device))
     else:
-        w12_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
+        w12_gemm_fwd_kernel_dot[(plan.grid_t, plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
             plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits,
             PREFETCH=bool(cfg["PREFETCH"]), L2_PREFETCH=l2, **meta, **pdl_launch(x.device))

@@ -32,3 +32,24 @@ def test_h200_script_cpu_smoke(tmp_path):
             states = {t["state"] for t in r[op]["sweep"]}
             assert states <= {"ok", "wrong", "error", "error (earlier)"}
     assert proc.stdout.strip().splitlines()[-1].startswith("tiny_b")  # the table is printed last
+
+
+def test_gemm_probe_cpu_smoke(tmp_path):
+    """experiments/h200_gemm_probe.py: every grid combination is validated, checked against the
+    exact result and then timed, or recorded with why not (here BLOCK_T=16 cannot split M=3)."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "experiments/h200_gemm_probe.py", "--cpu-smoke",
+                           "--op", "w12_gemm", "--m", "3,40", "--tiles", "16x1,32x2",
+                           "--grid", "BLOCK_T=0,16", "--base",
+                           "kernel=dot,DECODE=int,BLOCK_K=32,SPLIT_K=1,num_stages=2,ESC_CHUNK=1"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "h200_gemm_probe.json").read_text())
+    rows = report["rows"]
+    assert report["configs"] == 4 and len(rows) == 2 * 2 * 4  # shapes x M x configs
+    states = {(r["M"], r["config"]["BLOCK_T"]): r["state"] for r in rows}
+    assert states == {(3, 0): "ok", (3, 16): "invalid", (40, 0): "ok", (40, 16): "ok"}
+    assert all(r["p50_us"] > 0 for r in rows if r["state"] == "ok")
+    assert {(b["shape"], b["M"]) for b in report["best"]} == {
+        (s, m) for s in ("tiny_a", "tiny_b") for m in (3, 40)}

@@ -23,10 +23,10 @@ def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1, early=1):
             "ESC_EARLY": early, "L2_PREFETCH": 0}
 
 
-def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0):
+def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0, block_t=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
             "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch,
-            "L2_PREFETCH": 0}
+            "L2_PREFETCH": 0, "BLOCK_T": block_t}
 
 
 def streamk(bn=8, bk=16, programs=None, esc=1):
@@ -74,6 +74,11 @@ CASES = [
     pytest.param(16, 128, 64, dot(bn=32, bk=32, split=2), id="M16-K128-N64-w12-dot-split2"),
     pytest.param(17, 67, 45, dot(split=2), id="M17-K67-N45-w12-dot-split2"),
     pytest.param(70, 35, 20, dot(), id="M70-K35-N20-w12-dot"),
+    # M split into token tiles (BLOCK_T): 40 rows as 16 + 16 + 8 with two K splits (each token
+    # tile's own split-K counter), 70 as 32 + 32 + 6 over two row tiles.
+    pytest.param(40, 1152, 45, dot(bn=32, bk=64, split=2, block_t=16),
+                 id="M40-K1152-N45-w12-dot-token-tiles16-split2"),
+    pytest.param(70, 67, 45, dot(bn=32, block_t=32), id="M70-K67-N45-w12-dot-token-tiles32"),
     # BLOCK_N = 16 x num_warps (the mma.sync shape); K2 = 48: three whole steps, no tail.
     pytest.param(5, 96, 40, dot(bn=32, warps=2), id="M5-K96-N40-w12-dot-2warps-no-tail"),
     # The first K step's tiles loaded before the PDL wait: splits of one step each (K2 = 34 in
@@ -212,3 +217,9 @@ def test_shape_errors():
         w12_gemm_triton(x, packed, config={**dot(), "DECODE": "prmt"})
     with pytest.raises(ValueError, match="L2_PREFETCH > 0 is inline PTX"):
         w12_gemm_triton(x[:1], packed, config={**gemv(), "L2_PREFETCH": 2})
+    # a token tile must split M: at M = 16 one 16-token tile already covers it (BLOCK_T = 0)
+    x16, _, packed16 = _inputs(16, 40, 24)
+    with pytest.raises(ValueError, match="BLOCK_T=16 does not split M=16"):
+        w12_gemm_triton(x16, packed16, config=dot(block_t=16))
+    with pytest.raises(ValueError, match="BLOCK_T"):
+        w12_gemm_triton(x16, packed16, config=dot(block_t=8))
