@@ -1,7 +1,7 @@
 """Tuning space of the skinny bf16 GEMM, as data (STYLE.md item 10).
 
-A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M == 1 only; "gemv_sk": the same GEMV
-under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps, ``PDL`` 1 for a
+A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M <= 8, each weight loaded once and
+multiplied by every row; "gemv_sk": the M == 1 GEMV under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps, ``PDL`` 1 for a
 programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
@@ -97,6 +97,19 @@ SWEEP = [
     # tl.dot loop's pipeline prologue issues after it either way), measured against the above.
     _config("dot", 64, 128, 1, 4, 4, prefetch=1),
     _config("dot", 128, 128, 1, 4, 3, prefetch=1),
+    # The GEMV for 2-8 rows (the entries above run there too where their tile fits): smaller
+    # tiles, since each row adds a [BLOCK_N, BLOCK_K] fp32 partial product.
+    _config("gemv", 4, 128, 1, 1, 3),
+    _config("gemv", 8, 128, 1, 4, 3),
+    _config("gemv", 8, 128, 1, 4, 3, k_stages=4),
+    _config("gemv", 4, 256, 1, 2, 3, k_stages=3),
+    # The H200 grid around the swap-AB kernel where cuBLAS won (results/h200-2026-12-01-bf16-probe
+    # .json, 4 stages): split K and 64-wide K steps at M = 2-16, 128 x 64 on 8 warps at M = 64.
+    _config("dot", 64, 64, 4, 4, 4),
+    _config("dot", 64, 128, 2, 4, 4),
+    _config("dot", 64, 64, 1, 4, 4),
+    _config("dot", 128, 128, 2, 8, 4),
+    _config("dot", 128, 64, 4, 8, 4),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
@@ -129,9 +142,19 @@ def token_tile(config: dict, m: int) -> int:
     return block_t(m)
 
 
+GEMV_MAX_M = 8  # the GEMV takes up to this many rows (each weight loaded once for all)
+
+
+def gemv_rows(m: int) -> int:
+    """The GEMV's row tile at M: M padded to a power of two (1 for decode)."""
+    return next_pow2(m)
+
+
 def kernels_for(m: int) -> list[str]:
     """Kernel families that can run M rows."""
-    return ["gemv", "gemv_sk", "dot"] if m == 1 else ["dot"]
+    if m == 1:
+        return ["gemv", "gemv_sk", "dot"]
+    return ["gemv", "dot"] if m <= GEMV_MAX_M else ["dot"]
 
 
 def validate(config: dict, m: int, n: int, k: int) -> None:
@@ -154,15 +177,23 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):
-        per_thread = config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
-        if per_thread > 64:
-            raise ValueError(f"gemv tile BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers")
+        check_gemv_tile(config, m)
     else:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
         smem = config["num_stages"] * (config["BLOCK_N"] + block_t(m)) * config["BLOCK_K"] * 2
         if smem > _SMEM_BUDGET:
             raise ValueError(f"dot pipeline needs {smem} B of shared memory > {_SMEM_BUDGET}")
+
+
+def check_gemv_tile(config: dict, m: int) -> None:
+    """The GEMV's fp32 partial products, ``gemv_rows(M) * BLOCK_N * BLOCK_K`` over the threads,
+    must fit 64 registers per thread."""
+    rows = gemv_rows(m) if config["kernel"] == "gemv" else 1
+    per_thread = rows * config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
+    if per_thread > 64:
+        raise ValueError(f"gemv tile rows*BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers "
+                         f"(M={m}: {rows} rows)")
 
 
 # Parameters whose value must be one of their listed choices (0 means "off", for BLOCK_T "M

@@ -2,8 +2,8 @@
 
 Two kernels, both streaming the weight once with evict-first loads and an fp32 accumulator:
 
-- ``skinny_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
-  product tile is reduced over K once at the end.
+- ``skinny_gemm_fwd_kernel_gemv`` (M <= 8): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
+  product tile per row is reduced over K once at the end.
 - ``skinny_gemm_fwd_kernel_dot`` (any M): swap-AB ``tl.dot``; the weight tile
   ``[BLOCK_N, BLOCK_K]`` is the MMA's M side and the tokens, padded to ``BLOCK_T`` (>= 16), its
   N side, so M = 1..16 wastes no weight bandwidth.
@@ -60,6 +60,17 @@ def gemv_mac(acc, w, x_ptr, k0, k_hi, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def gemv_rows_mac(acc, w, x_ptr, stride_xm, offs_m, m_mask, k0, k_hi, BLOCK_K: tl.constexpr):
+    """``acc [BM, BN, BK] + w * x[rows, k0:k0+BLOCK_K]`` in fp32: the GEMV for a few rows, each
+    weight loaded once and multiplied by every row's x (x is 0 past ``k_hi`` and past M)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                 mask=m_mask[:, None] & (offs_k < k_hi)[None, :], other=0.0,
+                 eviction_policy="evict_last")
+    return acc + w.to(tl.float32)[None, :, :] * xv.to(tl.float32)[:, None, :]
+
+
+@triton.jit
 def dot_mac(acc, w, x_cols, t_mask, k0, k_hi, BLOCK_K: tl.constexpr):
     """``acc + w @ x[:, k0:k0+BLOCK_K]^T`` on the tensor cores (x is 0 past ``k_hi``)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -69,13 +80,16 @@ def dot_mac(acc, w, x_cols, t_mask, k0, k_hi, BLOCK_K: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["M"])
-def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_wn,
-                                k_per_split, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_xm,
+                                stride_wn, k_per_split, BLOCK_M: tl.constexpr,
+                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                 SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr,
                                 L2_PREFETCH: tl.constexpr, PDL: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, ``w [N, K]`` -> ``out [1, N]``;
-    ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``). The first K step's weight
-    tile is loaded before :func:`pdl_start`, under the previous kernel's tail
+    """M <= BLOCK_M (a power of two; 1 is the decode GEMV): grid (N / BLOCK_N, SPLIT_K);
+    ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``, every weight loaded once and multiplied by each
+    row's x on the CUDA cores (``BLOCK_M > 1``: a ``[BLOCK_M, BLOCK_N, BLOCK_K]`` partial product
+    tile). ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``). The first K step's
+    weight tile is loaded before :func:`pdl_start`, under the previous kernel's tail
     (:mod:`specpilot.kernels.common.pdl`), and with ``L2_PREFETCH`` the next steps' weights are
     requested into L2 (:func:`rows_to_l2`); x is read after the wait."""
     pid_n = tl.program_id(0)
@@ -90,14 +104,23 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
         rows_to_l2(w_ptr, stride_wn, pid_n * BLOCK_N, N, k_lo, k_hi, BLOCK_K, BLOCK_N,
                    L2_PREFETCH)
     pdl_start(PDL)
-    acc = gemv_mac(tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32), w_first, x_ptr, k_lo, k_hi,
-                   BLOCK_K)
-    for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K, num_stages=K_STAGES):
-        acc = gemv_mac(acc, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr, k0, k_hi,
-                       BLOCK_K)
-    y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
-    store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
-                 SPLIT_K)
+    offs_m = tl.arange(0, BLOCK_M)
+    if BLOCK_M == 1:
+        acc = gemv_mac(tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32), w_first, x_ptr, k_lo,
+                       k_hi, BLOCK_K)
+        for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K, num_stages=K_STAGES):
+            acc = gemv_mac(acc, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr, k0, k_hi,
+                           BLOCK_K)
+        y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
+    else:
+        m_mask = offs_m < M
+        acc = gemv_rows_mac(tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32), w_first,
+                            x_ptr, stride_xm, offs_m, m_mask, k_lo, k_hi, BLOCK_K)
+        for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K, num_stages=K_STAGES):
+            acc = gemv_rows_mac(acc, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr,
+                                stride_xm, offs_m, m_mask, k0, k_hi, BLOCK_K)
+        y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
 
 
 @triton.jit
@@ -224,8 +247,9 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
     meta["L2_PREFETCH"] = cfg["L2_PREFETCH"] if aligned else 0
     if plan.block_t is None:
         skinny_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
-            x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
-            plan.k_per_split, K_STAGES=cfg["K_STAGES"], **meta, **pdl_launch(x.device))
+            x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
+            plan.k_per_split, BLOCK_M=space.gemv_rows(m), K_STAGES=cfg["K_STAGES"], **meta,
+            **pdl_launch(x.device))
     else:
         skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),

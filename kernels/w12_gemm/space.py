@@ -50,14 +50,16 @@ from collections.abc import Iterator
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.skinny_gemm.space import L2_STEPS
 from specpilot.kernels.skinny_gemm.space import block_t
+from specpilot.kernels.skinny_gemm.space import check_gemv_tile
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
+from specpilot.kernels.skinny_gemm.space import gemv_rows
 from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.w12.format import block_pairs_for
 
-__all__ = ["KEY", "PARAMS", "SWEEP", "block_t", "configs", "default_config", "kernels_for",
-           "m_bucket", "token_tile", "validate"]
+__all__ = ["KEY", "PARAMS", "SWEEP", "block_t", "configs", "default_config", "gemv_rows",
+           "kernels_for", "m_bucket", "token_tile", "validate"]
 
 KEY = ("M_BUCKET", "N", "K")
 
@@ -167,6 +169,12 @@ SWEEP = [
     _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
     _config("gemv", 8, 512, 1, 4, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
     _config("gemv", 4, 256, 1, 1, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
+    # The GEMV for 2-8 rows, each weight decoded once for all (the entries above run there too
+    # where their tile fits).
+    _config("gemv", 4, 128, 1, 1, 3, "prmt"),
+    _config("gemv", 8, 128, 1, 4, 3, "prmt", k_stages=3),
+    _config("gemv", 4, 256, 1, 2, 3, "prmt"),
+    _config("gemv", 4, 256, 1, 2, 3, "prmt", k_stages=3),
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),
@@ -228,9 +236,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
     if kernel in ("gemv", "gemv_sk"):
-        per_thread = config["BLOCK_N"] * config["BLOCK_K"] // (32 * config["num_warps"])
-        if per_thread > 64:
-            raise ValueError(f"gemv tile BLOCK_N*BLOCK_K/threads = {per_thread} > 64 registers")
+        check_gemv_tile(config, m)
     else:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")

@@ -13,7 +13,7 @@ rows past N read row N - 1, whose outputs are never stored, and K steps run to K
 whole step, inside the planes' zero-padded pair blocks (``BLOCK_K`` divides ``BP``). Only the x
 loads are masked, so padding and another split's columns multiply zeros.
 
-- ``w12_gemm_fwd_kernel_gemv`` (M == 1): CUDA-core GEMV, decode to fp32.
+- ``w12_gemm_fwd_kernel_gemv`` (M <= 8): CUDA-core GEMV, decode to fp32 once for every row.
 - ``w12_gemm_fwd_kernel_dot`` (any M): swap-AB; the decoded ``[BLOCK_N, BLOCK_K]`` bf16 tile is the
   A operand of ``tl.dot`` (weights on the MMA M side, tokens padded to BLOCK_T >= 16 on the N
   side). Because the decode is integer ops on the loaded bytes only, Triton converts the *bytes*
@@ -185,19 +185,47 @@ def gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j0, j_hi, K, K2, BLOCK_K: tl.constexpr
     return acc
 
 
+@triton.jit
+def gemv_rows_step(acc, x_ptr, stride_xm, offs_m, m_mask, w_rows, j0, j_hi, K, K2,
+                   BLOCK_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr):
+    """One K step of the GEMV for a few rows: ``acc [BM, BN, BK]`` += both halves' decoded
+    weights (decoded once) times every row's x (0 past M)."""
+    nib, sm_a, sm_b = step_tiles(w_rows, j0, BLOCK_K, BR, BP)
+    return gemv_rows_mac(acc, nib, sm_a, sm_b, x_ptr, stride_xm, offs_m, m_mask, j0, j_hi, K, K2,
+                         BLOCK_K, ASM)
+
+
+@triton.jit
+def gemv_rows_mac(acc, nib, sm_a, sm_b, x_ptr, stride_xm, offs_m, m_mask, j0, j_hi, K, K2,
+                  BLOCK_K: tl.constexpr, ASM: tl.constexpr):
+    """:func:`gemv_rows_step` on its loaded tiles."""
+    offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
+    x_rows = x_ptr + offs_m[:, None] * stride_xm
+    x_a = tl.load(x_rows + offs_j[None, :], mask=m_mask[:, None] & a_mask[None, :], other=0.0,
+                  eviction_policy="evict_last")
+    x_b = tl.load(x_rows + K2 + offs_j[None, :], mask=m_mask[:, None] & b_mask[None, :],
+                  other=0.0, eviction_policy="evict_last")
+    acc += decode_f32(sm_a, nib, False, ASM)[None, :, :] * x_a.to(tl.float32)[:, None, :]
+    acc += decode_f32(sm_b, nib, True, ASM)[None, :, :] * x_b.to(tl.float32)[:, None, :]
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
-                             ws_ptr, lock_ptr, M, N, K, K2, scale, k_per_split,
-                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                             BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr,
-                             ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
+                             ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, k_per_split,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             SPLIT_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
+                             ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
                              ESC_EARLY: tl.constexpr, L2_PREFETCH: tl.constexpr,
                              PDL: tl.constexpr):
-    """M == 1: grid (N / BLOCK_N, SPLIT_K); ``x [1, K]``, W12 ``[N, K]`` -> ``out [1, N]``. Split
+    """M <= BLOCK_M (a power of two; 1 is the decode GEMV): grid (N / BLOCK_N, SPLIT_K);
+    ``x [M, K]``, W12 ``[N, K]`` -> ``out [M, N]``; each weight is decoded once and multiplied by
+    every row's x (``BLOCK_M > 1``: a ``[BLOCK_M, BLOCK_N, BLOCK_K]`` partial product tile). Split
     s covers pair columns ``[s*k_per_split, ...)`` up to K2 rounded up to a whole step; only split
     0 applies escapes.
 
-    ``ESC_EARLY`` (the launcher sets it only where every split has two steps or more): the
+    ``ESC_EARLY`` (the launcher sets it only at M == 1 and where every split has two steps or
+    more): the
     escapes do not wait at the end. The rows' escape ranges load at the start, the first
     ``ESC_CHUNK`` escapes of each row (``esc_col``, ``esc_delta``) after the first K step and their
     x values after the second, each under the next step's weight loads; only rows with more
@@ -225,30 +253,45 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     if ESC_EARLY:
         start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
     pdl_start(PDL)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    acc = gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j_lo, j_hi, K, K2, BLOCK_K, ASM)
-    j_rest = j_lo + BLOCK_K
-    if ESC_EARLY:
-        slot = tl.arange(0, ESC_CHUNK)[None, :]
-        has = slot < count[:, None]  # [BLOCK_N, ESC_CHUNK]
-        col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
-        delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
-        acc = gemv_step(acc, x_ptr, w_rows, j_rest, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
-        x_esc = tl.load(x_ptr + col, mask=has, other=0.0)
-        j_rest += BLOCK_K
-    for j0 in tl.range(j_rest, j_hi, BLOCK_K, num_stages=K_STAGES):
-        acc = gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
-    y = tl.sum(acc, axis=1) * scale  # [BLOCK_N]
-    if ESC_EARLY:
-        y += tl.sum(x_esc.to(tl.float32) * delta, axis=1)
-        first = ESC_CHUNK  # the rest of rows with more than a chunk
-    else:
+    if BLOCK_M > 1:
+        offs_m = tl.arange(0, BLOCK_M)
+        m_mask = offs_m < M
+        acc3 = gemv_rows_mac(tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32), nib, sm_a,
+                             sm_b, x_ptr, stride_xm, offs_m, m_mask, j_lo, j_hi, K, K2, BLOCK_K,
+                             ASM)
+        for j0 in tl.range(j_lo + BLOCK_K, j_hi, BLOCK_K, num_stages=K_STAGES):
+            acc3 = gemv_rows_step(acc3, x_ptr, stride_xm, offs_m, m_mask, w_rows, j0, j_hi, K,
+                                  K2, BLOCK_K, BR, BP, ASM)
+        y3 = tl.sum(acc3, axis=2) * scale  # [BLOCK_M, BLOCK_N]
         start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
-        first = 0
-    y = apply_escapes(y[None, :], x_ptr, 0, tl.arange(0, 1), M, start, count, first,
-                      esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
-    store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
-                 SPLIT_K)
+        y3 = apply_escapes(y3, x_ptr, stride_xm, offs_m, M, start, count, 0, esc_col_ptr,
+                           esc_delta_ptr, ESC_CHUNK)
+        store_splitk(y3, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        acc = gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j_lo, j_hi, K, K2, BLOCK_K, ASM)
+        j_rest = j_lo + BLOCK_K
+        if ESC_EARLY:
+            slot = tl.arange(0, ESC_CHUNK)[None, :]
+            has = slot < count[:, None]  # [BLOCK_N, ESC_CHUNK]
+            col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
+            delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
+            acc = gemv_step(acc, x_ptr, w_rows, j_rest, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
+            x_esc = tl.load(x_ptr + col, mask=has, other=0.0)
+            j_rest += BLOCK_K
+        for j0 in tl.range(j_rest, j_hi, BLOCK_K, num_stages=K_STAGES):
+            acc = gemv_step(acc, x_ptr, w_rows, j0, j_hi, K, K2, BLOCK_K, BR, BP, ASM)
+        y = tl.sum(acc, axis=1) * scale  # [BLOCK_N]
+        if ESC_EARLY:
+            y += tl.sum(x_esc.to(tl.float32) * delta, axis=1)
+            first = ESC_CHUNK  # the rest of rows with more than a chunk
+        else:
+            start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
+            first = 0
+        y = apply_escapes(y[None, :], x_ptr, 0, tl.arange(0, 1), M, start, count, first,
+                          esc_col_ptr, esc_delta_ptr, ESC_CHUNK)
+        store_splitk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k,
+                     SPLIT_K)
 
 
 @triton.jit
@@ -453,9 +496,10 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     elif plan.block_t is None:
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](
-            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, plan.k_per_split,
-            K_STAGES=cfg["K_STAGES"], ESC_EARLY=esc_early(cfg, plan, k2), L2_PREFETCH=l2,
-            **meta, **pdl_launch(x.device))
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
+            plan.k_per_split, BLOCK_M=space.gemv_rows(m), K_STAGES=cfg["K_STAGES"],
+            ESC_EARLY=m == 1 and esc_early(cfg, plan, k2), L2_PREFETCH=l2, **meta,
+            **pdl_launch(x.device))
     else:
         w12_gemm_fwd_kernel_dot[(plan.grid_t, plan.grid_n, plan.splits)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,

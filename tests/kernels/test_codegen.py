@@ -117,12 +117,17 @@ W12_DOT = {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, 
 @pytest.mark.parametrize("kernel, constexprs, num_warps, num_stages", [
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {"BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
-                  "ESC_CHUNK": 1, "K_STAGES": 1, "ESC_EARLY": False, "L2_PREFETCH": 0}, 4, 3,
-                 id="gemv"),
+                  "ESC_CHUNK": 1, "K_STAGES": 1, "ESC_EARLY": False, "L2_PREFETCH": 0,
+                  "BLOCK_M": 1}, 4, 3, id="gemv"),
+    # the GEMV for 4 rows, each weight decoded once for all of them
+    pytest.param("w12_gemm_fwd_kernel_gemv",
+                 {"BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
+                  "ESC_CHUNK": 1, "K_STAGES": 1, "ESC_EARLY": False, "L2_PREFETCH": 0,
+                  "BLOCK_M": 4}, 4, 3, id="gemv-4-rows"),
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "BR": 4, "BP": 512, "ASM": True,
-                  "ESC_CHUNK": 4, "K_STAGES": 3, "ESC_EARLY": True, "L2_PREFETCH": 0}, 2, 3,
-                 id="gemv-early-piped"),
+                  "ESC_CHUNK": 4, "K_STAGES": 3, "ESC_EARLY": True, "L2_PREFETCH": 0,
+                  "BLOCK_M": 1}, 2, 3, id="gemv-early-piped"),
     pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": False}, 2, 3, id="dot"),
     pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "PREFETCH": True, "PDL": True}, 2, 3,
                  id="dot-prefetch"),
@@ -133,7 +138,7 @@ def test_weight_loads_are_16_byte_vectors(kernel, constexprs, num_warps, num_sta
 
 
 GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True,
-        "L2_PREFETCH": 0}
+        "L2_PREFETCH": 0, "BLOCK_M": 1}
 BF16_DOT = {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
             "PDL": True, "L2_PREFETCH": 0}
 
@@ -146,6 +151,11 @@ BF16_DOT = {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETC
                  {**GEMV, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 4, "ESC_EARLY": True,
                   "K_STAGES": 3}, id="w12-early-piped"),
     pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", GEMV, id="bf16"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_gemv", {**GEMV, "BLOCK_M": 4},
+                 id="bf16-4-rows"),
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 1, "ESC_EARLY": False,
+                  "BLOCK_M": 2}, id="w12-2-rows"),
     pytest.param("w12_gemm", "w12_gemm_fwd_kernel_dot",
                  {**W12_DOT, "PREFETCH": True, "PDL": True}, id="w12-dot"),
     pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot", BF16_DOT, id="bf16-dot"),
