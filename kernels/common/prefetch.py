@@ -11,6 +11,11 @@ kernel's weights into L2 and the K loop's loads then hit there. The same weights
 K loop as before: a prefetch only moves bytes earlier, so the result is bit-identical with it on
 or off. A hint, not a copy: where L2 drops a line before its load, the load reads HBM.
 
+Measured on the H200 (results/h200-2026-12-01-l2-prefetch.json: 4 decode shapes, M = 1 and 16,
+both GEMMs, 2 to 64 steps ahead, timed back to back and after the add + RMSNorm that feeds the
+GEMM under PDL): every result bit-identical, and no gain beyond noise (ratios 0.95-1.00, most
+0.98-1.00). It stays a tuning choice (default off) that no sweep entry takes.
+
 Inline PTX: the Triton interpreter cannot run it, so the spaces reject ``L2_PREFETCH > 0`` there.
 The address must be 16-byte aligned and the size a multiple of 16 (the callers' contract).
 """

@@ -9,8 +9,8 @@ N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: i
 software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
 ``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait),
 ``L2_PREFETCH`` (gemv, dot: the weights of that many K steps after the first requested into L2
-before the PDL wait, :mod:`specpilot.kernels.common.prefetch`; 0 for none; GPU only; not yet
-measured, so in no SWEEP entry).
+before the PDL wait, :mod:`specpilot.kernels.common.prefetch`; 0 for none; GPU only; no gain
+on the H200, so in no SWEEP entry).
 BLOCK_T is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K)
 and environment.
 """

@@ -17,8 +17,14 @@ results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR deco
 ``L2_PREFETCH`` (GEMV and swap-AB kernel; 0: off, GPU only) requests the planes' blocks of that
 many K steps after the first into L2 before the PDL wait
 (:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends;
-not yet measured on a GPU, so no SWEEP entry has it (``experiments/h200_l2_prefetch.py`` and the
-``--l2`` option of the H200 scripts measure it).
+on the H200 no gain beyond noise (results/h200-2026-12-01-l2-prefetch.json), so no SWEEP entry
+has it (``experiments/h200_l2_prefetch.py`` and the ``--l2`` option of the H200 scripts measure
+it).
+``gemv`` runs M = 1 to 8 rows (:data:`specpilot.kernels.skinny_gemm.space.GEMV_MAX_M`), decoding
+each weight once for all of them. On the H200 at M = 2-8 it lost to the swap-AB kernel on every
+shape (results/h200-2026-12-01-kernels-all-rows.json; at M = 2 by 2-30%, at M = 8 by 1.8-2.8x:
+its ``[rows, BLOCK_N, BLOCK_K]`` partial products cost registers and CUDA-core work per row),
+where the bf16 GEMV for rows won at M = 2 on 3 of 8 shapes. The tuner may still pick it.
 ``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [16, 64], one token tile) splits
 M into tiles of that many tokens, each a program that decodes the same weights; the tiles of one
 weight tile launch next to each other, so the weights come from HBM once and from L2 after. Why:
