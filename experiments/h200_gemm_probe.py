@@ -2,10 +2,10 @@
 
 Where the sweep (``kernels_h200.py``) times a handful of configs per op, this times every
 combination of the values given on the command line, so a question like "does the W12 swap-AB
-kernel slow down at M = 64 because its tiles spill?" gets one answer per config: its time (CUDA-graph
-replays over rotating weight copies, median of 15, as the sweep), the reference check (a wrong
-config is recorded and never timed, as in the tuner), and the compiled kernel's registers per
-thread and spilled bytes.
+kernel slow down at M = 64 because its tiles spill?" gets one answer per config: its time
+(CUDA-graph replays over rotating weight copies, median of 15, as the sweep), the reference check
+(a wrong config is recorded and never timed, as in the tuner), and the compiled kernel's
+registers per thread and spilled bytes.
 
 Run from the repo root::
 

@@ -1,8 +1,10 @@
 """Tuning space of the skinny bf16 GEMM, as data (STYLE.md item 10).
 
 A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M <= 8, each weight loaded once and
-multiplied by every row; "gemv_sk": the M == 1 GEMV under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps, ``PDL`` 1 for a
-programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
+multiplied by every row (on the H200 it beat the swap-AB kernel at M = 2 on 3 of 8 decode shapes
+and lost at M = 4 and 8, results/h200-2026-12-01-kernels-all-rows.json); "gemv_sk": the M == 1
+GEMV under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps, ``PDL`` 1
+for a programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
