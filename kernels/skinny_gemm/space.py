@@ -144,7 +144,7 @@ def token_tile(config: dict, m: int) -> int:
     return block_t(m)
 
 
-GEMV_MAX_M = 8  # the GEMV takes up to this many rows (each weight loaded once for all)
+GEMV_MAX_M = 4  # the GEMV takes up to this many rows (each weight loaded once for all)
 
 
 def gemv_rows(m: int) -> int:
