@@ -1,8 +1,9 @@
 """Tuning space of the skinny bf16 GEMM, as data (STYLE.md item 10).
 
-A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M <= 8, each weight loaded once and
-multiplied by every row (on the H200 it beat the swap-AB kernel at M = 2 on 3 of 8 decode shapes
-and lost at M = 4 and 8, results/h200-2026-12-01-kernels-all-rows.json); "gemv_sk": the M == 1
+A config is a dict: ``kernel`` ("gemv": CUDA-core GEMV, M <= 2, each weight loaded once and
+multiplied by both rows (on the H200 it beat the swap-AB kernel at M = 2 on 4 of 8 decode shapes
+and tied on a fifth, results/h200-2026-12-01-kernels-m2-4-gemv-rows.json; for 4 rows it lost on
+all 8, by 1.2-1.4x, so it stops at 2); "gemv_sk": the M == 1
 GEMV under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the K steps, ``PDL`` 1
 for a programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
@@ -99,11 +100,10 @@ SWEEP = [
     # tl.dot loop's pipeline prologue issues after it either way), measured against the above.
     _config("dot", 64, 128, 1, 4, 4, prefetch=1),
     _config("dot", 128, 128, 1, 4, 3, prefetch=1),
-    # The GEMV for 2-8 rows (the entries above run there too where their tile fits): smaller
-    # tiles, since each row adds a [BLOCK_N, BLOCK_K] fp32 partial product.
-    _config("gemv", 4, 128, 1, 1, 3),
-    _config("gemv", 8, 128, 1, 4, 3),
-    _config("gemv", 8, 128, 1, 4, 3, k_stages=4),
+    # The GEMV for 2 rows (the entries above run there too where their tile fits): a smaller
+    # tile, since the second row adds a [BLOCK_N, BLOCK_K] fp32 partial product. With 8 x 256 and
+    # 16 x 256 it won M = 2 on 4 of 8 H200 decode shapes
+    # (results/h200-2026-12-01-kernels-m2-4-gemv-rows.json).
     _config("gemv", 4, 256, 1, 2, 3, k_stages=3),
     # The H200 grid around the swap-AB kernel where cuBLAS won (results/h200-2026-12-01-bf16-probe
     # .json, 4 stages): split K and 64-wide K steps at M = 2-16, 128 x 64 on 8 warps at M = 64.
@@ -144,7 +144,7 @@ def token_tile(config: dict, m: int) -> int:
     return block_t(m)
 
 
-GEMV_MAX_M = 4  # the GEMV takes up to this many rows (each weight loaded once for all)
+GEMV_MAX_M = 2  # the GEMV takes up to this many rows (each weight loaded once for both)
 
 
 def gemv_rows(m: int) -> int:

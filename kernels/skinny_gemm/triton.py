@@ -2,7 +2,7 @@
 
 Two kernels, both streaming the weight once with evict-first loads and an fp32 accumulator:
 
-- ``skinny_gemm_fwd_kernel_gemv`` (M <= 4): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
+- ``skinny_gemm_fwd_kernel_gemv`` (M <= 2): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
   product tile per row is reduced over K once at the end.
 - ``skinny_gemm_fwd_kernel_dot`` (any M): swap-AB ``tl.dot``; the weight tile
   ``[BLOCK_N, BLOCK_K]`` is the MMA's M side and the tokens, padded to ``BLOCK_T`` (>= 16), its
@@ -68,31 +68,24 @@ def row_x(x_ptr, stride_xm, row, M, offs_k, k_mask):
 
 
 @triton.jit
-def gemv_rows_mac(acc0, acc1, acc2, acc3, w, x_ptr, stride_xm, M, k0, k_hi,
-                  BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The GEMV for ``BLOCK_M`` (2 or 4) rows: ``acc_i [BN, BK] + w * x[i, k0:k0+BLOCK_K]`` in
-    fp32, the weight tile loaded once for every row (x is 0 past ``k_hi`` and past M). One
-    accumulator per row, each in the M = 1 GEMV's layout."""
+def gemv_rows_mac(acc0, acc1, w, x_ptr, stride_xm, M, k0, k_hi, BLOCK_K: tl.constexpr):
+    """The GEMV for 2 rows: ``acc_i [BN, BK] + w * x[i, k0:k0+BLOCK_K]`` in fp32, the weight tile
+    loaded once for both (x is 0 past ``k_hi`` and past M). One accumulator per row, each in the
+    M = 1 GEMV's layout (a ``[2, BN, BK]`` tile converted layouts through shared memory and lost
+    on the H200)."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     k_mask = offs_k < k_hi
     wf = w.to(tl.float32)
     acc0 += wf * row_x(x_ptr, stride_xm, 0, M, offs_k, k_mask)
     acc1 += wf * row_x(x_ptr, stride_xm, 1, M, offs_k, k_mask)
-    if BLOCK_M > 2:
-        acc2 += wf * row_x(x_ptr, stride_xm, 2, M, offs_k, k_mask)
-        acc3 += wf * row_x(x_ptr, stride_xm, 3, M, offs_k, k_mask)
-    return acc0, acc1, acc2, acc3
+    return acc0, acc1
 
 
 @triton.jit
-def rows_sum(acc0, acc1, acc2, acc3, BLOCK_M: tl.constexpr):
-    """``[BLOCK_M, BN]``: row i is ``acc_i`` summed over K."""
-    rows = tl.arange(0, BLOCK_M)[:, None]
-    y = tl.where(rows == 0, tl.sum(acc0, axis=1)[None, :], tl.sum(acc1, axis=1)[None, :])
-    if BLOCK_M > 2:
-        y = tl.where(rows == 2, tl.sum(acc2, axis=1)[None, :], y)
-        y = tl.where(rows == 3, tl.sum(acc3, axis=1)[None, :], y)
-    return y
+def rows_sum(acc0, acc1):
+    """``[2, BN]``: row i is ``acc_i`` summed over K."""
+    rows = tl.arange(0, 2)[:, None]
+    return tl.where(rows == 0, tl.sum(acc0, axis=1)[None, :], tl.sum(acc1, axis=1)[None, :])
 
 
 @triton.jit
@@ -110,7 +103,7 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
                                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                 SPLIT_K: tl.constexpr, K_STAGES: tl.constexpr,
                                 L2_PREFETCH: tl.constexpr, PDL: tl.constexpr):
-    """M <= BLOCK_M (1, 2 or 4; 1 is the decode GEMV): grid (N / BLOCK_N, SPLIT_K); ``x [M, K]``,
+    """M <= BLOCK_M (1, the decode GEMV, or 2): grid (N / BLOCK_N, SPLIT_K); ``x [M, K]``,
     ``w [N, K]`` -> ``out [M, N]``, every weight loaded once and multiplied by each row's x on the
     CUDA cores (:func:`gemv_rows_mac`: a ``[BLOCK_N, BLOCK_K]`` partial product tile per row).
     ``K_STAGES > 1`` software-pipelines the K loop (``cp.async``). The first K step's weight tile
@@ -139,14 +132,11 @@ def skinny_gemm_fwd_kernel_gemv(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K
         y = tl.sum(acc, axis=1)[None, :]  # [1, BLOCK_N]
     else:
         acc0 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-        acc1, acc2, acc3 = acc0, acc0, acc0
-        acc0, acc1, acc2, acc3 = gemv_rows_mac(acc0, acc1, acc2, acc3, w_first, x_ptr, stride_xm,
-                                               M, k_lo, k_hi, BLOCK_M, BLOCK_K)
+        acc0, acc1 = gemv_rows_mac(acc0, acc0, w_first, x_ptr, stride_xm, M, k_lo, k_hi, BLOCK_K)
         for k0 in tl.range(k_lo + BLOCK_K, k_hi, BLOCK_K, num_stages=K_STAGES):
-            acc0, acc1, acc2, acc3 = gemv_rows_mac(
-                acc0, acc1, acc2, acc3, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K), x_ptr,
-                stride_xm, M, k0, k_hi, BLOCK_M, BLOCK_K)
-        y = rows_sum(acc0, acc1, acc2, acc3, BLOCK_M)  # [BLOCK_M, BLOCK_N]
+            acc0, acc1 = gemv_rows_mac(acc0, acc1, weight_tile(w_rows, n_mask, k0, k_hi, BLOCK_K),
+                                       x_ptr, stride_xm, M, k0, k_hi, BLOCK_K)
+        y = rows_sum(acc0, acc1)  # [2, BLOCK_N]
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, pid_n, pid_k, SPLIT_K)
 
 

@@ -20,11 +20,11 @@ many K steps after the first into L2 before the PDL wait
 on the H200 no gain beyond noise (results/h200-2026-12-01-l2-prefetch.json), so no SWEEP entry
 has it (``experiments/h200_l2_prefetch.py`` and the ``--l2`` option of the H200 scripts measure
 it).
-``gemv`` runs M = 1 to 8 rows (:data:`specpilot.kernels.skinny_gemm.space.GEMV_MAX_M`), decoding
-each weight once for all of them. On the H200 at M = 2-8 it lost to the swap-AB kernel on every
-shape (results/h200-2026-12-01-kernels-all-rows.json; at M = 2 by 2-30%, at M = 8 by 1.8-2.8x:
-its ``[rows, BLOCK_N, BLOCK_K]`` partial products cost registers and CUDA-core work per row),
-where the bf16 GEMV for rows won at M = 2 on 3 of 8 shapes. The tuner may still pick it.
+``gemv`` runs M = 1 or 2 rows (:data:`specpilot.kernels.skinny_gemm.space.GEMV_MAX_M`), decoding
+each weight once for both, with ``ESC_EARLY`` off at M = 2. On the H200 at M = 2 it beat the
+swap-AB kernel on 4 of 8 decode shapes (gdn_out 18.6 vs 20.0 us, down_proj 41.5 vs 44.3;
+results/h200-2026-12-01-kernels-m2-4-gemv-rows.json); for 4 rows it lost on all 8 (1.7-2.3x: the
+per-row FMAs and x loads on the CUDA cores), so it stops at 2.
 ``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [16, 64], one token tile) splits
 M into tiles of that many tokens, each a program that decodes the same weights; the tiles of one
 weight tile launch next to each other, so the weights come from HBM once and from L2 after. Why:
@@ -175,12 +175,6 @@ SWEEP = [
     _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
     _config("gemv", 8, 512, 1, 4, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
     _config("gemv", 4, 256, 1, 1, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
-    # The GEMV for 2-8 rows, each weight decoded once for all (the entries above run there too
-    # where their tile fits).
-    _config("gemv", 4, 128, 1, 1, 3, "prmt"),
-    _config("gemv", 8, 128, 1, 4, 3, "prmt", k_stages=3),
-    _config("gemv", 4, 256, 1, 2, 3, "prmt"),
-    _config("gemv", 4, 256, 1, 2, 3, "prmt", k_stages=3),
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),

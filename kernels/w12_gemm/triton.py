@@ -13,7 +13,7 @@ rows past N read row N - 1, whose outputs are never stored, and K steps run to K
 whole step, inside the planes' zero-padded pair blocks (``BLOCK_K`` divides ``BP``). Only the x
 loads are masked, so padding and another split's columns multiply zeros.
 
-- ``w12_gemm_fwd_kernel_gemv`` (M <= 4): CUDA-core GEMV, decode to fp32 once for every row.
+- ``w12_gemm_fwd_kernel_gemv`` (M <= 2): CUDA-core GEMV, decode to fp32 once for every row.
 - ``w12_gemm_fwd_kernel_dot`` (any M): swap-AB; the decoded ``[BLOCK_N, BLOCK_K]`` bf16 tile is the
   A operand of ``tl.dot`` (weights on the MMA M side, tokens padded to BLOCK_T >= 16 on the N
   side). Because the decode is integer ops on the loaded bytes only, Triton converts the *bytes*
@@ -188,11 +188,11 @@ def gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j0, j_hi, K, K2, BLOCK_K: tl.constexpr
 
 
 @triton.jit
-def gemv_rows_mac(acc0, acc1, acc2, acc3, nib, sm_a, sm_b, x_ptr, stride_xm, M, j0, j_hi, K, K2,
-                  BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr):
-    """The GEMV for ``BLOCK_M`` (2 or 4) rows at pair column ``j0`` on its loaded tiles: both
-    halves decoded once, then ``acc_i [BN, BK]`` += them times row i's x (0 past M), one
-    accumulator per row in the M = 1 GEMV's layout."""
+def gemv_rows_mac(acc0, acc1, nib, sm_a, sm_b, x_ptr, stride_xm, M, j0, j_hi, K, K2,
+                  BLOCK_K: tl.constexpr, ASM: tl.constexpr):
+    """The GEMV for 2 rows at pair column ``j0`` on its loaded tiles: both halves decoded once,
+    then ``acc_i [BN, BK]`` += them times row i's x (0 past M), one accumulator per row in the
+    M = 1 GEMV's layout."""
     offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
     w_a = decode_f32(sm_a, nib, False, ASM)
     w_b = decode_f32(sm_b, nib, True, ASM)
@@ -200,12 +200,7 @@ def gemv_rows_mac(acc0, acc1, acc2, acc3, nib, sm_a, sm_b, x_ptr, stride_xm, M, 
     acc0 += w_b * row_x(x_ptr + K2, stride_xm, 0, M, offs_j, b_mask)
     acc1 += w_a * row_x(x_ptr, stride_xm, 1, M, offs_j, a_mask)
     acc1 += w_b * row_x(x_ptr + K2, stride_xm, 1, M, offs_j, b_mask)
-    if BLOCK_M > 2:
-        acc2 += w_a * row_x(x_ptr, stride_xm, 2, M, offs_j, a_mask)
-        acc2 += w_b * row_x(x_ptr + K2, stride_xm, 2, M, offs_j, b_mask)
-        acc3 += w_a * row_x(x_ptr, stride_xm, 3, M, offs_j, a_mask)
-        acc3 += w_b * row_x(x_ptr + K2, stride_xm, 3, M, offs_j, b_mask)
-    return acc0, acc1, acc2, acc3
+    return acc0, acc1
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -216,7 +211,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
                              ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, K_STAGES: tl.constexpr,
                              ESC_EARLY: tl.constexpr, L2_PREFETCH: tl.constexpr,
                              PDL: tl.constexpr):
-    """M <= BLOCK_M (1, 2 or 4; 1 is the decode GEMV): grid (N / BLOCK_N, SPLIT_K); ``x [M, K]``,
+    """M <= BLOCK_M (1, the decode GEMV, or 2): grid (N / BLOCK_N, SPLIT_K); ``x [M, K]``,
     W12 ``[N, K]`` -> ``out [M, N]``; each weight is decoded once and multiplied by every row's x
     (:func:`gemv_rows_mac`: a ``[BLOCK_N, BLOCK_K]`` partial product tile per row). Split
     s covers pair columns ``[s*k_per_split, ...)`` up to K2 rounded up to a whole step; only split
@@ -253,17 +248,14 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     pdl_start(PDL)
     if BLOCK_M > 1:
         acc0 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-        acc1, acc2, acc3 = acc0, acc0, acc0
-        acc0, acc1, acc2, acc3 = gemv_rows_mac(acc0, acc1, acc2, acc3, nib, sm_a, sm_b, x_ptr,
-                                               stride_xm, M, j_lo, j_hi, K, K2, BLOCK_M, BLOCK_K,
-                                               ASM)
+        acc0, acc1 = gemv_rows_mac(acc0, acc0, nib, sm_a, sm_b, x_ptr, stride_xm, M, j_lo, j_hi,
+                                   K, K2, BLOCK_K, ASM)
         for j0 in tl.range(j_lo + BLOCK_K, j_hi, BLOCK_K, num_stages=K_STAGES):
             nib, sm_a, sm_b = step_tiles(w_rows, j0, BLOCK_K, BR, BP)
-            acc0, acc1, acc2, acc3 = gemv_rows_mac(acc0, acc1, acc2, acc3, nib, sm_a, sm_b,
-                                                   x_ptr, stride_xm, M, j0, j_hi, K, K2, BLOCK_M,
-                                                   BLOCK_K, ASM)
+            acc0, acc1 = gemv_rows_mac(acc0, acc1, nib, sm_a, sm_b, x_ptr, stride_xm, M, j0,
+                                       j_hi, K, K2, BLOCK_K, ASM)
         offs_m = tl.arange(0, BLOCK_M)
-        y_rows = rows_sum(acc0, acc1, acc2, acc3, BLOCK_M) * scale  # [BLOCK_M, BLOCK_N]
+        y_rows = rows_sum(acc0, acc1) * scale  # [2, BLOCK_N]
         start, count = escape_rows(row_ptr, offs_n, n_mask & (pid_k == 0))
         y_rows = apply_escapes(y_rows, x_ptr, stride_xm, offs_m, M, start, count, 0, esc_col_ptr,
                                esc_delta_ptr, ESC_CHUNK)
