@@ -385,7 +385,7 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     """Grid (M / BLOCK_T, N / BLOCK_N, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     The token tiles of one weight tile are neighbours in launch order, so where M spans several
-    (``BLOCK_T`` below M) they run together and all but the first find the weights in L2; each
+    (``BLOCK_T`` below M) they run together and the later ones can find the weights in L2; each
     decodes them itself, in registers sized for its own BLOCK_T tokens.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
