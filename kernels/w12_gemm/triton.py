@@ -218,8 +218,7 @@ def w12_gemm_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_
     0 applies escapes.
 
     ``ESC_EARLY`` (the launcher sets it only at M == 1 and where every split has two steps or
-    more): the
-    escapes do not wait at the end. The rows' escape ranges load at the start, the first
+    more): the escapes do not wait at the end. The rows' escape ranges load at the start, the first
     ``ESC_CHUNK`` escapes of each row (``esc_col``, ``esc_delta``) after the first K step and their
     x values after the second, each under the next step's weight loads; only rows with more
     escapes go on in the epilogue (:func:`apply_escapes`). Otherwise the epilogue loads and walks
