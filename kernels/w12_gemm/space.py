@@ -215,6 +215,7 @@ ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0},
                   "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "BLOCK_T": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
+MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2; the swap-AB kernel's row tiles are axis 1
 _SMEM_BUDGET = 160 * 1024
 
 
@@ -248,6 +249,10 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["BLOCK_T"] >= block_t(m):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} does not split M={m} (one tile of "
                              f"{block_t(m)} tokens covers it): 0 says that")
+        if cdiv(n, config["BLOCK_N"]) > MAX_GRID_Y:
+            raise ValueError(f"BLOCK_N={config['BLOCK_N']} makes {cdiv(n, config['BLOCK_N'])} "
+                             f"row tiles at N={n}, over the {MAX_GRID_Y} CUDA allows on the grid "
+                             "axis that holds them: take a wider BLOCK_N")
         stage = (3 * config["BLOCK_N"] * config["BLOCK_K"]
                  + 4 * config["BLOCK_K"] * token_tile(config, m))
         if config["num_stages"] * stage > _SMEM_BUDGET:

@@ -237,3 +237,13 @@ def test_gemv_rows_take_strided_x():
     x = wide[:, 5:72]
     out = w12_gemm_triton(x, packed, config=gemv(bn=8))
     assert_gemm_close("w12 gemv strided x", out, x, w)
+
+
+def test_swap_ab_row_tiles_must_fit_the_grid_axis():
+    """The swap-AB kernel's row tiles are grid axis 1 (CUDA: at most 65535): a config with more is
+    a clear error before any launch."""
+    from specpilot.kernels.w12_gemm import space
+
+    space.validate(dot(bn=16), 16, 16 * 65535, 64)
+    with pytest.raises(ValueError, match="row tiles at N=1048577"):
+        space.validate(dot(bn=16), 16, 1048577, 64)
