@@ -85,8 +85,20 @@ def kernel_fns(op_name: str) -> list:
     return [getattr(mod, name) for name in dir(mod) if name.endswith(("_gemv", "_dot", "_sk"))]
 
 
+def compile_key(op, cfg: dict, m: int) -> str:
+    """What picks the compiled kernel besides the config: the token tile (swap-AB) or the row
+    count (GEMV) that M gives (M itself is not specialised)."""
+    if cfg["kernel"] == "dot":
+        tile = op.space.token_tile(cfg, m)
+    else:
+        tile = op.space.gemv_rows(m) if cfg["kernel"] == "gemv" else 1
+    return json.dumps([cfg, tile], sort_keys=True)
+
+
 def probe_shape(op, name: str, k: int, n: int, ms: list[int], configs: list[dict],
-                reps: int) -> list[dict]:
+                reps: int, registers: dict) -> list[dict]:
+    """Rows for one shape; ``registers`` maps :func:`compile_key` to ``(n_regs, n_spills)`` across
+    shapes, so a kernel compiled for an earlier row still reports its registers."""
     rows = []
     fns = kernel_fns(op.name)
     for m in ms:
@@ -109,7 +121,9 @@ def probe_shape(op, name: str, k: int, n: int, ms: list[int], configs: list[dict
                    "detail": detail, "p50_us": timing.p50_us if timing else None,
                    "timing": timing.to_dict() if timing else None}
             if new:
-                row["n_regs"], row["n_spills"] = new[0]
+                registers[compile_key(op, cfg, m)] = new[0]
+            if compile_key(op, cfg, m) in registers:
+                row["n_regs"], row["n_spills"] = registers[compile_key(op, cfg, m)]
             rows.append(row)
             brief = {k_: row.get(k_) for k_ in ("shape", "M", "state", "p50_us", "n_regs",
                                                  "n_spills")}
@@ -162,9 +176,10 @@ def main() -> int:
               "argv": sys.argv[1:], "configs": len(configs), "rows": []}
     OUT.mkdir(parents=True, exist_ok=True)
     start = time.time()
+    registers = {}
     for name in shapes:
         k, n = kb.SHAPES[name]
-        report["rows"].extend(probe_shape(op, name, k, n, ms, configs, kb.REPS))
+        report["rows"].extend(probe_shape(op, name, k, n, ms, configs, kb.REPS, registers))
         report["best"] = best_per(report["rows"])
         report["elapsed_s"] = time.time() - start
         (OUT / "h200_gemm_probe.json").write_text(json.dumps(report, indent=1, default=str))

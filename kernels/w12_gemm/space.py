@@ -23,12 +23,12 @@ it).
 ``gemv`` runs M = 1 or 2 rows (:data:`specpilot.kernels.skinny_gemm.space.GEMV_MAX_M`), decoding
 each weight once for both, with ``ESC_EARLY`` off at M = 2. On the H200 at M = 2 it beat the
 swap-AB kernel on 4 of 8 decode shapes (gdn_out 18.6 vs 20.0 us, down_proj 41.5 vs 44.3;
-results/h200-2026-12-01-kernels-m2-4-gemv-rows.json); for 4 rows it lost on all 8 (1.7-2.3x: the
+results/h200-2026-12-01-kernels-m2-4-gemv-rows.json); for 4 rows it lost on all 8 (1.8-2.3x: the
 per-row FMAs and x loads on the CUDA cores), so it stops at 2.
-``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [16, 64], one token tile) splits
-M into tiles of that many tokens, each a program that decodes the same weights; the tiles of one
-weight tile launch next to each other, so that the later ones find the weights in L2 (the L2 hit
-rate was not measured). Why: the kernel's registers grow with its token tile (for sm_90, ptxas:
+``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [16, 64], one token tile up to
+M = 64, tiles of 64 past it) splits M into tiles of that many tokens, each a program that decodes
+the same weights; the tiles of one weight tile launch next to each other, so that the later ones
+find the weights in L2 (the L2 hit rate was not measured). Why: the kernel's registers grow with its token tile (for sm_90, ptxas:
 32 x 128 pairs on 2 warps uses 96 registers at 16 tokens, 182 at 32, and 255 with 200 bytes
 spilled at 64), and at M = 32 and 64 the W12 GEMM ran 1.3-3x slower than the bf16 one
 (results/h200-2026-12-01-kernels-all.json). With token tiles in the sweep it ran up to 21% faster
@@ -194,7 +194,8 @@ SWEEP = [
     _config("dot", 32, 128, 1, 2, 3, "prmt", prefetch=1),
     _config("dot", 32, 128, 2, 2, 4, "prmt", prefetch=1),
     _config("dot", 16, 128, 1, 1, 4, "prmt", prefetch=1),
-    # M = 32 and 64 as tiles of 16 or 32 tokens (only valid there: BLOCK_T must split M).
+    # M above 16 (BLOCK_T = 16) or 32 (BLOCK_T = 32) as tiles of that many tokens (BLOCK_T must
+    # split M: below, these are invalid and skipped).
     _config("dot", 32, 128, 1, 2, 3, "prmt", block_t=16),
     _config("dot", 32, 64, 1, 2, 4, "prmt", block_t=16),
     _config("dot", 32, 128, 4, 2, 3, "prmt", block_t=16),

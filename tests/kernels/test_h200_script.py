@@ -48,8 +48,9 @@ def test_gemm_probe_cpu_smoke(tmp_path):
     report = json.loads((tmp_path / "h200_gemm_probe.json").read_text())
     rows = report["rows"]
     assert report["configs"] == 4 and len(rows) == 2 * 2 * 4  # shapes x M x configs
-    states = {(r["M"], r["config"]["BLOCK_T"]): r["state"] for r in rows}
-    assert states == {(3, 0): "ok", (3, 16): "invalid", (40, 0): "ok", (40, 16): "ok"}
+    for r in rows:  # every shape and tile: only BLOCK_T=16 at M=3 cannot run
+        expected = "invalid" if (r["M"], r["config"]["BLOCK_T"]) == (3, 16) else "ok"
+        assert r["state"] == expected, r
     assert all(r["p50_us"] > 0 for r in rows if r["state"] == "ok")
     assert {(b["shape"], b["M"]) for b in report["best"]} == {
         (s, m) for s in ("tiny_a", "tiny_b") for m in (3, 40)}

@@ -83,6 +83,10 @@ CASES = [
     # tile's own split-K counter), 70 as 32 + 32 + 6 over two row tiles.
     pytest.param(40, 1152, 45, dot(bn=32, bk=64, split=2, block_t=16),
                  id="M40-K1152-N45-w12-dot-token-tiles16-split2"),
+    # more row tiles (7) than token tiles (3) under split-K: a split-K counter indexed the old
+    # way (token tile * row tiles + row tile, with the grid's axes swapped) would be shared
+    pytest.param(40, 130, 200, dot(bn=32, split=2, block_t=16),
+                 id="M40-K130-N200-w12-dot-token-tiles16-split2-7-row-tiles"),
     pytest.param(70, 67, 45, dot(bn=32, block_t=32), id="M70-K67-N45-w12-dot-token-tiles32"),
     # BLOCK_N = 16 x num_warps (the mma.sync shape); K2 = 48: three whole steps, no tail.
     pytest.param(5, 96, 40, dot(bn=32, warps=2), id="M5-K96-N40-w12-dot-2warps-no-tail"),
