@@ -3,28 +3,31 @@
 Encoding of a bf16 weight ``s | e (8 bits) | m (7 bits)``, viewed as ``[R, K]`` (R = all leading
 dims), in two logical planes (``K2 = ceil(K / 2)``):
 
-- ``sm``, uint8 ``[R, 2*K2]``: the byte ``s << 7 | m`` of column c.
-- ``nib``, uint8 ``[R, K2]``: byte j holds the 4-bit exponent code of column j in its low nibble and
-  of column ``j + K2`` in its high nibble; ``code = clamp(e - base, 0, 15)``. Pairing column j with
-  j + K2 (not 2j with 2j + 1) lets a kernel load ``sm[:, j0:j0+BK]``, ``sm[:, K2+j0:...]`` and
+- ``code = clamp(e - base, 0, 15)`` (bits ``c3 c2 c1 c0``), the exponent relative to the window.
+- ``sm``, uint8 ``[R, 2*K2]``: the byte ``c0 << 7 | m`` of column c (the low byte of the bf16 the
+  kernels decode, :mod:`specpilot.kernels.w12.triton`).
+- ``nib``, uint8 ``[R, K2]``: byte j holds the sign and ``c3 c2 c1`` of column j in bits 7 and
+  2..0, and those of column ``j + K2`` in bits 6 and 5..3. Pairing column j with j + K2 (not 2j
+  with 2j + 1) lets a kernel load ``sm[:, j0:j0+BK]``, ``sm[:, K2+j0:...]`` and
   ``nib[:, j0:j0+BK]`` as three equally shaped tiles and decode them elementwise with no
-  interleave: one tile from the low nibbles, one from the high. If K is odd the last ``sm`` column
-  is padding (decodes to a finite value; kernels mask its activation).
+  interleave: one tile from the low bits, one from the high. Where the bits sit makes each weight's decoded high
+  byte one or two logic ops on its ``nib`` byte. If K is odd the last ``sm`` column is padding
+  (decodes to a finite value; kernels mask its activation).
 
-Stored blocked (``planes``, uint8 ``[ceil(R/BR), ceil(K2/BP), 3, BR, BP]``; ``BR`` = 4 rows,
-``BP`` up to 512 pair columns, :func:`block_pairs_for`): block ``(i, b)`` holds, one after the
-other, the ``[BR, BP]`` tiles of rows ``i*BR ...`` and pair columns ``b*BP ...`` of ``nib``, of the
-low half ``sm[:, :K2]`` and of the high half ``sm[:, K2:]``; rows and pair columns past the tensor
-are zero padding. A GEMV step of ``BR`` rows and ``BP`` pairs then reads one contiguous run of
-``3*BR*BP`` bytes, where row-major planes give it ``3*BR`` runs of ``BP``: measured on the H200 with
-the same unmasked decode loop, gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4 x 512
+Stored blocked (``planes``, uint8 ``[ceil(R/BR), ceil(K2/BP), 3, BR, BP]``; ``BR`` = 4 rows, ``BP``
+up to 512 pair columns, :func:`block_pairs_for`): block ``(i, b)`` holds, one after the other, the
+``[BR, BP]`` tiles of rows ``i*BR ...`` and pair columns ``b*BP ...`` of ``nib``, of the low half
+``sm[:, :K2]`` and of the high half ``sm[:, K2:]``; rows and pair columns past the tensor are zero
+padding. A GEMV step of ``BR`` rows and ``BP`` pairs then reads one contiguous run of ``3*BR*BP``
+bytes, where row-major planes give it ``3*BR`` runs of ``BP``: measured on the H200 with the same
+unmasked decode loop, gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4 x 512
 (``experiments/results/h200-2026-11-30-w12-anatomy-layout.json``). A K step of ``BLOCK_K`` pairs
 dividing ``BP`` is contiguous in each row (``plane_rows`` and ``plane_cols`` in
 :mod:`specpilot.kernels.w12.triton` give the offsets).
 
 - ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers
-  the most weights (lowest such base on ties; ``1 <= base <= 239``, so exponents 0 and 255 -- zeros,
-  subnormals, inf, NaN -- are always escapes and every in-window weight is a normal number).
+  the most weights (lowest such base on ties; ``1 <= base <= 239``, so exponents 0 and 255 --
+  zeros, subnormals, inf, NaN -- are always escapes and every in-window weight is a normal number).
 - Escapes (weights whose exponent lies outside the window: tiny magnitudes, exact zeros,
   subnormals, outliers, inf/NaN): stored out of band as a per-row CSR, ``row_ptr [R + 1]``,
   ``esc_col [E]``, ``esc_bits [E]`` (the exact bf16 bits) and ``esc_delta [E]`` = fp32(exact) -
@@ -44,6 +47,9 @@ import torch
 
 BLOCK_ROWS = 4
 BLOCK_PAIRS = 512
+BIT_LAYOUT = 2
+"""Which bits the ``sm`` and ``nib`` bytes hold, saved with every packed tensor: 1 (never saved)
+was the sign in ``sm`` and the whole code in a nibble; 2 is the layout above."""
 
 
 def block_pairs_for(k2: int) -> int:
@@ -201,6 +207,7 @@ class W12Tensor:
         out = {prefix + k: v for k, v in self._buffers().items()}
         out[prefix + "shape"] = torch.tensor(list(self.shape), dtype=torch.int64)
         out[prefix + "base"] = torch.tensor([self.base], dtype=torch.int64)
+        out[prefix + "bit_layout"] = torch.tensor([BIT_LAYOUT], dtype=torch.int64)
         return out
 
     @classmethod
@@ -209,6 +216,12 @@ class W12Tensor:
         if prefix + "planes" not in state and prefix + "sm" in state:
             raise ValueError(f"{prefix or 'the'} W12 state has row-major 'sm'/'nib' planes, from "
                              "before the blocked layout: pack the weight again")
+        layout = state.get(prefix + "bit_layout")
+        layout = 1 if layout is None else int(layout.reshape(-1)[0])
+        if layout != BIT_LAYOUT:
+            raise ValueError(f"{prefix or 'the'} W12 state has bit layout {layout} (1: the sign "
+                             f"in the sm byte), this version reads {BIT_LAYOUT}: pack the "
+                             "weight again")
         shape = torch.Size(int(d) for d in state[prefix + "shape"].tolist())
         packed = cls(shape=shape, base=int(state[prefix + "base"][0]),
                      **{k: state[prefix + k] for k in ("planes", "row_ptr", "esc_col",

@@ -97,9 +97,13 @@ def w12_pack_ref(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
     for rows in row_chunks(r, k):
         bits = bits_of(w2[rows])
         code = torch.zeros((bits.shape[0], 2 * k2), dtype=torch.int32, device=w.device)
+        full = torch.zeros_like(code)
+        full[:, :k] = bits
         code[:, :k] = (((bits >> 7) & 0xFF) - base).clamp(0, WINDOW - 1)
-        sm[rows, :k] = (((bits >> 8) & 0x80) | (bits & 0x7F)).to(torch.uint8)
-        nib[rows] = (code[:, :k2] | (code[:, k2:] << 4)).to(torch.uint8)
+        sm[rows] = (((code & 1) << 7) | (full & 0x7F)).to(torch.uint8)
+        sign, high = (full >> 15) & 1, code >> 1
+        nib[rows] = ((sign[:, :k2] << 7) | high[:, :k2]
+                     | (sign[:, k2:] << 6) | (high[:, k2:] << 3)).to(torch.uint8)
     return W12Tensor(w.shape, base, block_planes(sm, nib), *escapes(w2, base))
 
 
@@ -111,8 +115,9 @@ def w12_unpack_ref(packed: W12Tensor, config: dict | None = None) -> torch.Tenso
     for rows in row_chunks(r, k):
         sm = sm_all[rows].to(torch.int32)
         nib = nib_all[rows].to(torch.int32)
-        code = torch.cat([nib & 0xF, nib >> 4], dim=1)
-        bits = ((sm & 0x80) << 8) | ((code + packed.base) << 7) | (sm & 0x7F)
+        sign = torch.cat([nib >> 7, (nib >> 6) & 1], dim=1)
+        code = (torch.cat([nib & 7, (nib >> 3) & 7], dim=1) << 1) | (sm >> 7)
+        bits = (sign << 15) | ((code + packed.base) << 7) | (sm & 0x7F)
         out[rows] = bits[:, :k]
     apply_escape_bits(out, packed)
     return bf16_of(out).reshape(packed.shape)

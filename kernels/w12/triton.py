@@ -1,25 +1,34 @@
-"""Triton W12 encode/decode: plane kernels for pack/unpack and the in-register decode helper.
+"""Triton W12 encode/decode: plane kernels for pack/unpack and the in-register decode helpers.
 
 One decode serves the GEMMs and unpack (:func:`w12_decode_scaled`): it writes ``C0 | code`` into
-the exponent field, for the constant ``C0 = 0x70``, i.e. every weight times ``2^(C0 - base)``::
+the exponent field, for the constant ``C0 = 0x70``, i.e. every weight times ``2^(C0 - base)``.
+With ``code = c3 c2 c1 c0`` the scaled bf16 is two bytes that the planes hold almost as they are
+(:mod:`specpilot.kernels.w12.format`): the low byte ``c0 m6..m0`` is the ``sm`` byte, and the high
+byte ``s 0 1 1 1 c3 c2 c1`` is ``C0 >> 1 = 0x38`` ORed with the sign and three code bits taken from
+the ``nib`` byte (:func:`high_bytes`: bits 7 and 2..0 for the low half, 6 and 5..3 for the high)::
 
-    bits = (sm & 0x80) << 8 | (sm & 0x7F) | (C0 | code) << 7
+    bits = high_bytes(nib) << 8 | sm
 
 The GEMMs multiply their fp32 sums by ``2^(base - C0)`` once (:func:`window_scale`; ``base`` in
 [1, 239] keeps it a normal fp32 and every in-window weight a normal number). A power-of-two scale
 commutes with fp32 rounding, so the sums equal those of the true weights (outside fp32
 underflow). Unpack adds ``(base - C0) << 7`` to the bits instead: the exponent field becomes
-``base + code`` in [1, 254], so nothing carries into the sign. What the constant buys: ``C0 | code``
-is one OR, so the decode is a chain of integer ops on the two loaded tiles and compile-time
-constants, which Triton moves past the layout conversion into the MMA operand layout: the bytes go
-from shared memory straight into the A fragments and are decoded there, with no bf16 round trip
-through shared memory.
+``base + code`` in [1, 254], so nothing carries into the sign. What the constant buys: the decode
+is a short chain of integer ops on the two loaded tiles and compile-time constants, which Triton
+moves past the layout conversion into the MMA operand layout: the bytes go from shared memory
+straight into the A fragments and are decoded there, with no bf16 round trip through shared memory.
 
 ``DECODE="int"`` is that formula in Triton integer ops; ``DECODE="prmt"`` does it on four weights
-per inline-PTX call, two per 32-bit register (``prmt`` bytes into 16-bit lanes, ``and``, two
-``mad``: REFERENCE-kernels.md §3.4). It needs a GPU; the interpreter runs ``"int"``. Both are
-bit-exact by construction, and every kernel using them is checked against the reference before it
-is timed.
+per inline-PTX call (one 32-bit register of ``sm`` bytes and one of ``nib`` bytes): one ``lop3``
+(low half) or ``shl``/``shr`` and two ``lop3`` (high half) build the four high bytes, and one
+``prmt`` per pair interleaves them with the low bytes into a bf16x2 register; the fp32 variant
+(:func:`w12_decode_f32`, for the GEMVs) widens each pair with a ``shl`` and an ``and``. Per weight
+that is 0.75 (low) or 1.5 (high) instructions for bf16 and 1.75 or 2.5 for fp32, against 3.0 or
+3.25 for bf16 in the former layout (sign in the ``sm`` byte, the code in a nibble, two ``prmt``, an
+``and`` and two ``mad`` per pair: REFERENCE-kernels.md §3.4). It needs a
+GPU; the interpreter runs ``"int"``. Both are bit-exact by construction
+(``tests/kernels/test_w12_decode_asm.py`` runs the PTX on every byte pair through a small PTX
+evaluator), and every kernel using them is checked against the reference before it is timed.
 """
 
 import torch
@@ -33,33 +42,37 @@ from specpilot.kernels.w12.format import BLOCK_ROWS
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.format import block_pairs_for
 
-_PRMT_HEAD = "{\n.reg .b32 w12u, w12c, w12s, w12n, w12z;\nmov.b32 w12z, 0;\n"
-
-
-# Base-free decode (C0 in the exponent field), two weights per 32-bit register: ``prmt`` the sm
-# bytes and the (code | C0) bytes into 16-bit lanes, move the sign from bit 7 to bit 15
-# (``u + (u & 0x80) * 255``) and add ``(C0 | code) << 7`` with one ``mad``; no lane can carry.
-_SCALED_BODY = """
-prmt.b32 w12u, $2, w12z, {sel};
-prmt.b32 w12c, w12n, w12z, {sel};
-and.b32 w12s, w12u, 0x00800080;
-mad.lo.u32 w12u, w12s, 255, w12u;
-mad.lo.u32 {dst}, w12c, 128, w12u;"""
-_SCALED_PAIRS = (_SCALED_BODY.format(sel="0x4140", dst="$0")
-                 + _SCALED_BODY.format(sel="0x4342", dst="$1"))
-
-
 C0: tl.constexpr = tl.constexpr(0x70)
 
 
-def _scaled_asm(hi: bool) -> str:
-    shift = "shr.b32 w12n, $3, 4;\nand.b32 w12n, w12n, 0x0F0F0F0F;" if hi else \
-        "and.b32 w12n, $3, 0x0F0F0F0F;"
-    return (_PRMT_HEAD + shift + f"\nor.b32 w12n, w12n, {C0.value * 0x01010101:#010x};"
-            + _SCALED_PAIRS + "\n}")
+def _high_bytes(nib: str, hi: bool) -> str:
+    """PTX setting ``w12h`` to the high bytes ``s | C0 >> 1 | c3 c2 c1`` of the four weights whose
+    nibble bytes are in register ``nib`` (lop3 0xEA: ``(a & b) | c``)."""
+    fill = f"{(C0.value >> 1) * 0x01010101:#010x}"
+    if not hi:  # s at bit 7, c3 c2 c1 at bits 2..0: in place
+        return f"lop3.b32 w12h, {nib}, 0x87878787, {fill}, 0xEA;\n"
+    return (f"shr.b32 w12t, {nib}, 3;\nlop3.b32 w12t, w12t, 0x07070707, {fill}, 0xEA;\n"
+            f"shl.b32 w12h, {nib}, 1;\nlop3.b32 w12h, w12h, 0x80808080, w12t, 0xEA;\n")
 
 
-SCALED_ASM: tl.constexpr = tl.constexpr((_scaled_asm(False), _scaled_asm(True)))
+def _pairs_asm(hi: bool) -> str:
+    """Four weights -> two bf16x2 registers: one ``prmt`` per pair puts each weight's high byte
+    above its low byte."""
+    return ("{\n.reg .b32 w12h, w12t;\n" + _high_bytes("$3", hi)
+            + "prmt.b32 $0, $2, w12h, 0x5140;\nprmt.b32 $1, $2, w12h, 0x7362;\n}")
+
+
+def _f32_asm(hi: bool) -> str:
+    """Four weights -> four fp32 registers (the bf16 pair's halves widened in place)."""
+    return ("{\n.reg .b32 w12h, w12t, w12p;\n" + _high_bytes("$5", hi)
+            + "prmt.b32 w12p, $4, w12h, 0x5140;\nshl.b32 $0, w12p, 16;\n"
+            "and.b32 $1, w12p, 0xFFFF0000;\n"
+            "prmt.b32 w12p, $4, w12h, 0x7362;\nshl.b32 $2, w12p, 16;\n"
+            "and.b32 $3, w12p, 0xFFFF0000;\n}")
+
+
+SCALED_ASM: tl.constexpr = tl.constexpr((_pairs_asm(False), _pairs_asm(True)))
+SCALED_F32_ASM: tl.constexpr = tl.constexpr((_f32_asm(False), _f32_asm(True)))
 
 
 def window_scale(base: int) -> float:
@@ -67,6 +80,18 @@ def window_scale(base: int) -> float:
     if not 1 <= base <= 239:
         raise ValueError(f"W12 window base {base} is outside [1, 239]: pack the tensor again")
     return 2.0 ** (base - C0.value)
+
+
+@triton.jit
+def high_bytes(nib, HI: tl.constexpr):
+    """int16 tile of the weights' high bytes ``s | C0 >> 1 | c3 c2 c1`` (bits 15..8 of the scaled
+    bf16) from their nibble bytes."""
+    n = nib.to(tl.int16)
+    if HI:
+        h = ((n << 1) & 0x80) | ((n >> 3) & 0x07)
+    else:
+        h = n & 0x87
+    return h | (C0 >> 1)
 
 
 @triton.jit
@@ -79,20 +104,29 @@ def w12_decode_scaled(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
         w = tl.inline_asm_elementwise(SCALED_ASM[HI], "=r,=r,r,r", [sm, nib], dtype=tl.bfloat16,
                                       is_pure=True, pack=4)
     else:
-        s = sm.to(tl.int16)
-        if HI:
-            c = (nib >> 4).to(tl.int16)
-        else:
-            c = (nib & 15).to(tl.int16)
-        bits = ((s & 0x80) << 8) | (s & 0x7F) | ((c | C0) << 7)
+        bits = (high_bytes(nib, HI) << 8) | sm.to(tl.int16)
         w = bits.to(tl.bfloat16, bitcast=True)
+    return w
+
+
+@triton.jit
+def w12_decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
+    """fp32 tile of the same scaled weights (exact: every bf16 is an fp32), widened inside the
+    decode rather than after it."""
+    if ASM:
+        w = tl.inline_asm_elementwise(SCALED_F32_ASM[HI], "=r,=r,=r,=r,r,r", [sm, nib],
+                                      dtype=tl.float32, is_pure=True, pack=4)
+    else:
+        bits = (high_bytes(nib, HI).to(tl.int32) << 24) | (sm.to(tl.int32) << 16)
+        w = bits.to(tl.float32, bitcast=True)
     return w
 
 
 @triton.jit
 def w12_decode_bf16(sm, nib, base_shift, HI: tl.constexpr, ASM: tl.constexpr):
     """The exact bf16 weights of uint8 ``sm`` and ``nib`` tiles: the scaled decode with
-    ``base_shift = (base - C0) << 7`` added to the bits (the exponent field then ``base + code``)."""
+    ``base_shift = (base - C0) << 7`` added to the bits (the exponent field then
+    ``base + code``)."""
     bits = w12_decode_scaled(sm, nib, HI, ASM).to(tl.int16, bitcast=True).to(tl.int32)
     return (bits + base_shift).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
@@ -132,11 +166,12 @@ def w12_fwd_kernel_encode(bits_ptr, planes_ptr, R, K, K2, base, BLOCK_R: tl.cons
     b = b.to(tl.int32) & 0xFFFF
     code_a = tl.minimum(tl.maximum(((a >> 7) & 0xFF) - base, 0), 15)
     code_b = tl.minimum(tl.maximum(((b >> 7) & 0xFF) - base, 0), 15)
-    sm_a = ((a >> 8) & 0x80) | (a & 0x7F)
-    sm_b = ((b >> 8) & 0x80) | (b & 0x7F)
+    sm_a = ((code_a & 1) << 7) | (a & 0x7F)
+    sm_b = ((code_b & 1) << 7) | (b & 0x7F)
+    nib = ((a >> 8) & 0x80) | (code_a >> 1) | ((b >> 9) & 0x40) | ((code_b >> 1) << 3)
     dst = (planes_ptr + plane_rows(offs_r, K2, BR, BP)[:, None] + plane_cols(j0, BR, BP)
            + tl.arange(0, BLOCK_J)[None, :])
-    tl.store(dst, (code_a | (code_b << 4)).to(tl.uint8), mask=j_mask)
+    tl.store(dst, nib.to(tl.uint8), mask=j_mask)
     tl.store(dst + BR * BP, sm_a.to(tl.uint8), mask=j_mask)
     tl.store(dst + 2 * BR * BP, sm_b.to(tl.uint8), mask=j_mask)
 

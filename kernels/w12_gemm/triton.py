@@ -19,9 +19,13 @@ loads are masked, so padding and another split's columns multiply zeros.
   side). Because the decode is integer ops on the loaded bytes only, Triton converts the *bytes*
   into the A-operand register layout (shared memory -> registers) and decodes there: the
   fragment-native path, with no decoded bf16 tile written back to shared memory. With
-  ``BLOCK_N == 16 * num_warps`` (1-2 warps) that is ``mma.sync`` at about 5 SASS instructions per
-  weight (2.6 on the integer ALU, 1.6 IMAD), counted on the sm_90 cubin; ``wgmma`` (4+ warps,
-  ``BLOCK_N >= 64``) takes its A operand in a layout that costs about 8.
+  ``BLOCK_N == 16 * num_warps`` (1-2 warps) that is ``mma.sync`` at about 3 SASS instructions per
+  weight in the K loop (5 before the sign moved into the nibble byte), counted on the sm_90 cubin
+  by ``experiments/sass_per_weight.py``; ``wgmma`` (4+ warps, ``BLOCK_N >= 64``) takes its A
+  operand in a layout whose byte shuffles cost about 6 (8 before).
+
+The GEMV's K loop (``--kernel gemv``: 4 x 256, one warp, three stages) is about 5 instructions per
+weight, one of them the FFMA (7.7 before).
 
 Escapes, and what they do to summation order
 --------------------------------------------
@@ -62,6 +66,7 @@ from specpilot.kernels.skinny_gemm.triton import rows_sum
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import plane_cols
 from specpilot.kernels.w12.triton import plane_rows
+from specpilot.kernels.w12.triton import w12_decode_f32
 from specpilot.kernels.w12.triton import w12_decode_scaled
 from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm import space
@@ -101,13 +106,8 @@ def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, start, count, first, esc_col
 
 @triton.jit
 def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
-    """fp32 tile of the scaled weights (exact: every bf16 is an fp32)."""
-    w = w12_decode_scaled(sm, nib, HI, ASM)
-    if ASM:
-        out = w.to(tl.float32)
-    else:
-        out = (w.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    return out
+    """fp32 tile of the scaled weights (:func:`specpilot.kernels.w12.triton.w12_decode_f32`)."""
+    return w12_decode_f32(sm, nib, HI, ASM)
 
 
 @triton.jit

@@ -145,6 +145,9 @@ def test_state_dict_round_trip_and_corruption():
     old["layer.0.sm"], old["layer.0.nib"] = packed.row_major()
     with pytest.raises(ValueError, match="before the blocked layout"):
         W12Tensor.from_state_dict(old, "layer.0.")
+    unversioned = {k: v for k, v in state.items() if not k.endswith("bit_layout")}
+    with pytest.raises(ValueError, match="bit layout 1 .* pack the weight again"):
+        W12Tensor.from_state_dict(unversioned, "layer.0.")
 
 
 def test_blocked_layout():
@@ -160,8 +163,16 @@ def test_blocked_layout():
     assert torch.equal(p[2, 0, 1, 0], sm[8, :64])
     assert torch.equal(p[0, 8, 2, 3, :4], sm[3, 516 + 512:])
     assert not p[2, :, :, 1:].any() and not p[:, 8, :, :, 4:].any()  # padding rows and pairs
+    # the bytes: sm = c0 m6..m0; nib = s_lo s_hi c3c2c1_hi c3c2c1_lo (code = exponent - base)
     bits = w.view(torch.int16).to(torch.int32) & 0xFFFF
-    assert torch.equal(sm[:, :1031].to(torch.int32), ((bits >> 8) & 0x80) | (bits & 0x7F))
+    bits = torch.cat([bits, bits.new_zeros(9, 1)], dim=1)  # the padding column encodes as 0
+    code = (((bits >> 7) & 0xFF) - packed.base).clamp(0, 15)
+    assert torch.equal(sm.to(torch.int32), ((code & 1) << 7) | (bits & 0x7F))
+    sign = bits >> 15
+    lo, hi = slice(0, 516), slice(516, 1032)
+    expect = ((sign[:, lo] << 7) | (sign[:, hi] << 6) | ((code[:, hi] >> 1) << 3)
+              | (code[:, lo] >> 1))
+    assert torch.equal(nib.to(torch.int32), expect)
     # the least padding, the largest block on ties
     assert [block_pairs_for(k2) for k2 in (2560, 3328, 8704, 9984, 432, 516, 96, 20, 1)] == [
         512, 256, 512, 256, 64, 64, 128, 32, 16]
