@@ -1,4 +1,4 @@
-"""W12: lossless 12-bit bf16 weights (sign+mantissa byte, 4-bit exponent code, exact escapes).
+"""W12: lossless 12-bit bf16 weights (a byte + 4 bits per weight, 4-bit exponent code, escapes).
 
 Engine entry point::
 

@@ -10,9 +10,10 @@ dims), in two logical planes (``K2 = ceil(K / 2)``):
   2..0, and those of column ``j + K2`` in bits 6 and 5..3. Pairing column j with j + K2 (not 2j
   with 2j + 1) lets a kernel load ``sm[:, j0:j0+BK]``, ``sm[:, K2+j0:...]`` and
   ``nib[:, j0:j0+BK]`` as three equally shaped tiles and decode them elementwise with no
-  interleave: one tile from the low bits, one from the high. Where the bits sit makes each weight's decoded high
-  byte one or two logic ops on its ``nib`` byte. If K is odd the last ``sm`` column is padding
-  (decodes to a finite value; kernels mask its activation).
+  interleave: one tile from the low bits, one from the high. Where the bits sit, four weights'
+  decoded high bytes take one logic op on their 32-bit ``nib`` word (low half) or four (high half:
+  two shifts, two ``lop3``). If K is odd the last ``sm`` column is padding (decodes to a finite
+  value; kernels mask its activation).
 
 Stored blocked (``planes``, uint8 ``[ceil(R/BR), ceil(K2/BP), 3, BR, BP]``; ``BR`` = 4 rows, ``BP``
 up to 512 pair columns, :func:`block_pairs_for`): block ``(i, b)`` holds, one after the other, the

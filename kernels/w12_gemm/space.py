@@ -38,8 +38,8 @@ integer work as the bound (results/h200-2026-12-01-kernels-m16-64-token-tiles.js
 ...-w12-dot-probe-m32-64.json).
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
-decodes ``sm[:, j:j+BLOCK_K]`` (low nibbles)
-and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high nibbles), so it covers ``2 * BLOCK_K`` weights per row.
+decodes ``sm[:, j:j+BLOCK_K]`` (low half)
+and ``sm[:, K2+j:K2+j+BLOCK_K]`` (high half), so it covers ``2 * BLOCK_K`` weights per row.
 
 ``gemv_sk`` (measured slower than ``gemv`` on every H200 shape: see SWEEP) is the M == 1 GEMV
 under a stream-K schedule (:mod:`specpilot.kernels.common.streamk`):

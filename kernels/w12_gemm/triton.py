@@ -2,9 +2,9 @@
 
 The weight is never materialised in bf16: each K step loads three equally shaped uint8 tiles of
 the blocked planes (:mod:`specpilot.kernels.w12.format`), the logical ``nib[:, j:j+BK]``,
-``sm[:, j:j+BK]`` and ``sm[:, K2+j:K2+j+BK]``, decodes the low-nibble half and the high-nibble half
-with integer ops, and multiplies each with its own slice of x (``x[:, j:j+BK]`` and
-``x[:, K2+j:K2+j+BK]``).
+``sm[:, j:j+BK]`` and ``sm[:, K2+j:K2+j+BK]``, decodes the low half and the high half (each with
+its bits of the ``nib`` tile) with integer ops, and multiplies each with its own slice of x
+(``x[:, j:j+BK]`` and ``x[:, K2+j:K2+j+BK]``).
 
 Both decode without the exponent base and scale their fp32 sums by ``2^(base - C0)`` once
 (:func:`specpilot.kernels.w12.triton.w12_decode_scaled`). Their weight loads have no mask (16-byte
@@ -25,7 +25,7 @@ loads are masked, so padding and another split's columns multiply zeros.
   operand in a layout whose byte shuffles cost about 6 (8 before).
 
 The GEMV's K loop (``--kernel gemv``: 4 x 256, one warp, three stages) is about 5 instructions per
-weight, one of them the FFMA (7.7 before).
+weight, one of them the FFMA (7.6 before).
 
 Escapes, and what they do to summation order
 --------------------------------------------
@@ -138,9 +138,10 @@ def blocks_to_l2(planes_ptr, first_row, N, K2, j_lo, j_hi, BLOCK_N: tl.constexpr
 
 @triton.jit
 def step_tiles(w_rows, j0, BLOCK_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr):
-    """One K step's three ``[BN, BLOCK_K]`` uint8 tiles: codes, low-half and high-half
-    sign+mantissa. Unmasked: rows are clamped (:func:`weight_rows`) and the planes' pair columns
-    are zero-padded to whole blocks, which ``BLOCK_K`` divides."""
+    """One K step's three ``[BN, BLOCK_K]`` uint8 tiles: ``nib`` (signs and high code bits),
+    low-half and high-half ``sm`` (low code bit and mantissa). Unmasked: rows are clamped
+    (:func:`weight_rows`) and the planes' pair columns are zero-padded to whole blocks, which
+    ``BLOCK_K`` divides."""
     tile = w_rows + plane_cols(j0, BR, BP) + tl.arange(0, BLOCK_K)[None, :]
     nib = tl.load(tile, eviction_policy="evict_first")
     sm_a = tl.load(tile + BR * BP, eviction_policy="evict_first")
