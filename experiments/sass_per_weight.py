@@ -2,21 +2,22 @@
 
 Compiles a kernel config with Triton for a named target, disassembles the cubin with the
 ``nvdisasm`` Triton ships, finds the loop the K steps run in (the backward branch whose body holds
-the most MMA / FMA instructions), and prints its instructions by opcode, divided by the weights one
-thread decodes per iteration. A proxy, not a timing: it says how much issue bandwidth the decode
-costs, which is what bounds the W12 GEMMs once their loads are in flight.
+the most MMA / FMA instructions: :mod:`specpilot.kernels.common.sass`), and prints its
+instructions by opcode, divided by the weights one thread decodes per iteration. A proxy, not a
+timing: it says how much issue bandwidth the decode costs, which is what bounds the W12 GEMMs once
+their loads are in flight. ``tests/kernels/test_codegen.py`` bounds the two presets' counts.
 
     python experiments/sass_per_weight.py [--kernel gemv|dot] [--config JSON] [--warps N]
 """
 
 import argparse
-import inspect
 import json
-import os
-import re
-import subprocess
-import tempfile
 from collections import Counter
+
+from specpilot.kernels.common.sass import compile_sm90
+from specpilot.kernels.common.sass import disassemble
+from specpilot.kernels.common.sass import main_loop
+from specpilot.kernels.common.sass import opcode
 
 PRESETS = {
     "gemv": ("w12_gemm_fwd_kernel_gemv",
@@ -31,66 +32,14 @@ PRESETS = {
 POINTERS = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
             "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 ALIGNED = ("N", "K", "K2", "k_per_split", "stride_xm")
-WORK = re.compile(r"^(HMMA|HGMMA|FFMA|FMUL)")
 
 
 def cubin(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int) -> bytes:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    """The sm_90a cubin of a W12 GEMM kernel config."""
     from specpilot.kernels.w12_gemm import triton as w12_gemm
 
     kernel = getattr(w12_gemm, kernel_name)
-    names = list(inspect.signature(kernel.fn).parameters)
-    sig = {n: "constexpr" if n in constexprs
-           else POINTERS.get(n, "fp32" if n == "scale" else "i32") for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if n in POINTERS or n in ALIGNED}
-    src = ASTSource(fn=kernel, signature=sig, attrs=attrs,
-                    constexprs={(names.index(n),): v for n, v in constexprs.items()})
-    options = {"num_warps": num_warps, "num_stages": num_stages}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
-
-
-def disassemble(binary: bytes) -> list[str]:
-    """SASS lines in order: instructions (without address and ``;``) and ``.L_x_N:`` labels."""
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(binary)
-        f.flush()
-        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True,
-                              check=True).stdout
-    out = []
-    for line in text.splitlines():
-        label = re.match(r"(\.L_x_\d+):", line)
-        ins = re.match(r"\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)
-        if label:
-            out.append(label.group(1) + ":")
-        elif ins:
-            out.append(ins.group(1))
-    return out
-
-
-def main_loop(sass: list[str]) -> list[str]:
-    """The instructions of the backward branch's body with the most MMA / FMA instructions."""
-    where = {line[:-1]: i for i, line in enumerate(sass) if line.endswith(":")}
-    work = lambda body: sum(bool(WORK.match(opcode(s))) for s in body)
-    best = []
-    for i, ins in enumerate(sass):
-        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", ins)
-        if m and where.get(m.group(1), i) < i:
-            body = [s for s in sass[where[m.group(1)]:i + 1] if not s.endswith(":")]
-            if work(body) > work(best):
-                best = body
-    return best
-
-
-def opcode(ins: str) -> str:
-    """The opcode without its predicate guard or modifiers."""
-    return re.sub(r"^@!?U?P[T\d]\s+", "", ins).split()[0].split(".")[0]
+    return compile_sm90(kernel, constexprs, num_warps, num_stages, POINTERS, ALIGNED).asm["cubin"]
 
 
 def main() -> None:

@@ -3,6 +3,9 @@
 - The W12 GEMMs' weight loads are 16-byte vectors. A pointer expression whose alignment Triton
   cannot prove (a ``%`` in the blocked-plane offset did that) silently turns every weight load into
   a byte load: 1.5x slower than bf16 on the H200, with every result still right.
+- The W12 decode stays cheap in issue slots: the K loop's SASS per weight is bounded (bit layout 2
+  compiles to about 5 for the GEMV and 3 for the ``mma.sync`` kernel; the former layout to 7.6
+  and 5.0).
 - Under PDL, the GEMVs and the swap-AB kernels with ``PREFETCH`` load only weights (W12 with
   ``ESC_EARLY``: and the rows' escape ranges) before ``griddepcontrol.wait``; with
   ``L2_PREFETCH``, thread 0 also issues one bulk L2 prefetch per contiguous weight run there.
@@ -11,7 +14,6 @@ The compiles run in one child process: this directory's conftest puts the parent
 interpreter, which has no compiler.
 """
 
-import inspect
 import json
 import os
 import re
@@ -79,24 +81,28 @@ def ptx(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int,
 
 
 def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stages: int,
-                op: str) -> str:
+                op: str, what: str = "ptx") -> str:
+    """The kernel's PTX, or with ``what="sass"`` its disassembled cubin (one line per
+    instruction or label)."""
     import importlib
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from specpilot.kernels.common.sass import compile_sm90
+    from specpilot.kernels.common.sass import disassemble
 
     kernel = getattr(importlib.import_module(f"specpilot.kernels.{op}.triton"), kernel_name)
-    constexprs = json.loads(constexprs_json)
-    names = list(inspect.signature(kernel.fn).parameters)
-    sig = {n: "constexpr" if n in constexprs else POINTERS.get(n, "fp32" if n == "scale" else "i32")
-           for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if n in POINTERS or n in ALIGNED}
-    src = ASTSource(fn=kernel, signature=sig, attrs=attrs,
-                    constexprs={(names.index(n),): v for n, v in constexprs.items()})
-    options = {"num_warps": num_warps, "num_stages": num_stages}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    compiled = compile_sm90(kernel, json.loads(constexprs_json), num_warps, num_stages, POINTERS,
+                            ALIGNED)
+    if what == "sass":
+        return "\n".join(disassemble(compiled.asm["cubin"]))
+    return compiled.asm["ptx"]
+
+
+def sass(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int,
+         op: str = "w12_gemm") -> list[str]:
+    """The kernel's sm_90a SASS (:func:`specpilot.kernels.common.sass.disassemble`), compiled in
+    the child process."""
+    request = [kernel_name, json.dumps(constexprs), num_warps, num_stages, op, "sass"]
+    return _Compiler.ptx(request).split("\n")
 
 
 def weight_loads(code: str) -> Counter:
@@ -210,3 +216,27 @@ def test_l2_prefetch_is_one_thread_per_run_before_the_pdl_wait(op, kernel, const
     assert "setp.eq.u32 p, t, 0" in before and "%tid.x" in before
     assert "cp.async.bulk.prefetch" not in after
     assert "cp.async.bulk.prefetch" not in ptx(kernel, {**constexprs, "L2_PREFETCH": 0}, 2, 3, op)
+
+
+@pytest.mark.parametrize("kernel, constexprs, num_warps, most", [
+    # the GEMV of experiments/sass_per_weight.py: 5.08 at 24aff53 (7.58 with bit layout 1)
+    pytest.param("w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BLOCK_K": 256, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 4,
+                  "ESC_EARLY": True, "K_STAGES": 3}, 1, 5.6, id="gemv"),
+    # the mma.sync swap-AB kernel: 2.96 (4.96 with bit layout 1)
+    pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "BP": 512, "PREFETCH": True, "PDL": True},
+                 2, 3.3, id="dot"),
+])
+def test_w12_k_loop_sass_per_weight_is_bounded(kernel, constexprs, num_warps, most):
+    """The K loop's SASS instructions per weight one thread decodes (sm_90a, loads, decode,
+    multiply and loop overhead together), at most about 10% above what the current decode compiles
+    to: a decode or layout change that costs issue bandwidth fails here, not on the GPU."""
+    from specpilot.kernels.common.sass import WORK
+    from specpilot.kernels.common.sass import main_loop
+    from specpilot.kernels.common.sass import opcode
+
+    body = main_loop(sass(kernel, constexprs, num_warps, 3))
+    assert any(WORK.match(opcode(ins)) for ins in body), "no K loop with multiplies found"
+    weights = 2 * constexprs["BLOCK_N"] * constexprs["BLOCK_K"] / (32 * num_warps)
+    per_weight = len(body) / weights
+    assert per_weight <= most, f"{per_weight:.2f} SASS instructions per weight (bound {most})"
