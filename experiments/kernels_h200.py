@@ -115,8 +115,9 @@ def run_checks():
         for m, k, n in CHECK_SHAPES:
             case = op.make_case(m, n, k, DEV, 2)
             default = op.space.default_config(m, n, k)
-            prmt = op_name == "w12_gemm" and not CPU_SMOKE
-            configs = [default] + ([{**default, "DECODE": "prmt"}] if prmt else [])
+            decodes = op.space.PARAMS[default["kernel"]].get("DECODE", [])
+            ptx = [] if CPU_SMOKE else [d for d in decodes if d != "int"]
+            configs = [default] + [{**default, "DECODE": d} for d in ptx]
             for cfg in configs:
                 state, _, detail = evaluate(op, case, cfg, DEV, reps=0, timed=False)
                 records.append({"check": f"{op_name} M{m}-K{k}-N{n} {cfg}", "ok": state == "ok",

@@ -215,7 +215,7 @@ def check_param(name: str, value, choices: list) -> None:
 # Choices that are PTX, which the Triton interpreter cannot run: parameter -> (is the choice PTX,
 # what it is). The launchers' validation rejects them there and the tuner never proposes them.
 PTX_ONLY = {
-    "DECODE": (lambda c: c == "prmt", "DECODE='prmt' is inline PTX"),
+    "DECODE": (lambda c: c.startswith("prmt"), "DECODE='prmt...' is inline PTX"),
     "PDL": (bool, "PDL=1 is a programmatic dependent launch (griddepcontrol PTX)"),
     "L2_PREFETCH": (bool, "L2_PREFETCH > 0 is inline PTX (cp.async.bulk.prefetch)"),
 }

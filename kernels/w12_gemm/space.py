@@ -1,7 +1,9 @@
 """Tuning space of the W12 skinny GEMM, as data (STYLE.md item 10).
 
 Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decode, runs anywhere;
-"prmt": inline-PTX decode of 4 weights per call, GPU only), ``ESC_CHUNK`` (escapes applied per row
+"prmt": inline-PTX decode of 4 weights per call, GPU only, straight to fp32 in the GEMV; GEMV only,
+"prmt-bf16": the PTX decode to bf16 pairs, widened to fp32 by Triton: more instructions, fewer
+live registers), ``ESC_CHUNK`` (escapes applied per row
 in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
 measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
 costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed).
@@ -82,7 +84,7 @@ PARAMS = {
         "num_warps": [1, 2, 4, 8],
         "num_stages": [1, 2, 3, 4],
         "K_STAGES": [1, 2, 3, 4],
-        "DECODE": ["int", "prmt"],
+        "DECODE": ["int", "prmt", "prmt-bf16"],
         "ESC_CHUNK": [1, 2, 4, 8],
         "ESC_EARLY": [0, 1],
         "L2_PREFETCH": L2_STEPS,
@@ -180,6 +182,11 @@ SWEEP = [
     _config("gemv", 4, 512, 1, 2, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
     _config("gemv", 8, 512, 1, 4, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
     _config("gemv", 4, 256, 1, 1, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
+    # The same with the PTX decode to bf16 pairs, widened by Triton: with bit layout 2's fp32
+    # decode ptxas gives this one-warp pipelined GEMV 158 registers instead of 127 (12 warps per
+    # SM instead of 16); this way 125, for 5.59 K-loop instructions per weight instead of 5.08
+    # (experiments/sass_per_weight.py). The GPU decides.
+    _config("gemv", 4, 256, 1, 1, 3, "prmt-bf16", esc_chunk=4, k_stages=3, esc_early=1),
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),

@@ -104,10 +104,20 @@ def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, start, count, first, esc_col
     return acc
 
 
+DECODE_ASM = {"int": 0, "prmt": 1, "prmt-bf16": 2}
+"""The kernels' ``ASM`` of each ``DECODE`` choice (:mod:`.space`); 2 differs from 1 in the GEMVs
+only."""
+
+
 @triton.jit
 def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
-    """fp32 tile of the scaled weights (:func:`specpilot.kernels.w12.triton.w12_decode_f32`)."""
-    return w12_decode_f32(sm, nib, HI, ASM)
+    """fp32 tile of the scaled weights: :func:`specpilot.kernels.w12.triton.w12_decode_f32`, or
+    with ``ASM == 2`` the bf16 decode widened after it (same values)."""
+    if ASM == 2:
+        w = w12_decode_scaled(sm, nib, HI, ASM).to(tl.float32)
+    else:
+        w = w12_decode_f32(sm, nib, HI, ASM)
+    return w
 
 
 @triton.jit
@@ -476,7 +486,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
                          f"{packed.block_pairs}-pair blocks")
     planes = (packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta)
     meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "BR": packed.block_rows,
-            "BP": packed.block_pairs, "ASM": cfg["DECODE"] == "prmt",
+            "BP": packed.block_pairs, "ASM": DECODE_ASM[cfg["DECODE"]],
             "ESC_CHUNK": cfg["ESC_CHUNK"], "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"]}
     # the prefetch's runs must start 16-byte aligned (prefetch.py); block runs are 192-byte

@@ -223,6 +223,10 @@ def test_l2_prefetch_is_one_thread_per_run_before_the_pdl_wait(op, kernel, const
     pytest.param("w12_gemm_fwd_kernel_gemv",
                  {**GEMV, "BLOCK_K": 256, "BR": 4, "BP": 512, "ASM": True, "ESC_CHUNK": 4,
                   "ESC_EARLY": True, "K_STAGES": 3}, 1, 5.6, id="gemv"),
+    # DECODE="prmt-bf16" (ASM 2): bf16 pairs widened by Triton, 5.59
+    pytest.param("w12_gemm_fwd_kernel_gemv",
+                 {**GEMV, "BLOCK_K": 256, "BR": 4, "BP": 512, "ASM": 2, "ESC_CHUNK": 4,
+                  "ESC_EARLY": True, "K_STAGES": 3}, 1, 6.2, id="gemv-prmt-bf16"),
     # the mma.sync swap-AB kernel: 2.96 (4.96 with bit layout 1)
     pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "BP": 512, "PREFETCH": True, "PDL": True},
                  2, 3.3, id="dot"),

@@ -224,6 +224,10 @@ def test_shape_errors():
         w12_gemm_triton(x[:, :39], packed, config=dot())
     with pytest.raises(ValueError, match="inline PTX"):
         w12_gemm_triton(x, packed, config={**dot(), "DECODE": "prmt"})
+    with pytest.raises(ValueError, match="inline PTX"):
+        w12_gemm_triton(x[:1], packed, config={**gemv(), "DECODE": "prmt-bf16"})
+    with pytest.raises(ValueError, match="DECODE"):  # the swap-AB kernel has no widening
+        w12_gemm_triton(x, packed, config={**dot(), "DECODE": "prmt-bf16"})
     with pytest.raises(ValueError, match="L2_PREFETCH > 0 is inline PTX"):
         w12_gemm_triton(x[:1], packed, config={**gemv(), "L2_PREFETCH": 2})
     # a token tile must split M: at M = 16 one 16-token tile already covers it (BLOCK_T = 0)
