@@ -25,10 +25,10 @@ per inline-PTX call (one 32-bit register of ``sm`` bytes and one of ``nib`` byte
 (:func:`w12_decode_f32`, for the GEMVs) widens each pair with a ``shl`` and an ``and``. Per weight
 that is 0.75 (low) or 1.5 (high) instructions for bf16 and 1.75 or 2.5 for fp32, against 3.0 or
 3.25 for bf16 in the former layout (sign in the ``sm`` byte, the code in a nibble, two ``prmt``, an
-``and`` and two ``mad`` per pair: REFERENCE-kernels.md §3.4). It needs a
-GPU; the interpreter runs ``"int"``. Both are bit-exact by construction
-(``tests/kernels/test_w12_decode_asm.py`` runs the PTX on every byte pair through a small PTX
-evaluator), and every kernel using them is checked against the reference before it is timed.
+``and`` and two ``mad`` per pair: REFERENCE-kernels.md §3.4). It needs a GPU; the interpreter
+runs ``"int"``. Both are bit-exact by construction (``tests/kernels/test_w12_decode_asm.py`` runs
+the PTX on every byte pair through a small PTX evaluator), and every kernel using them is checked
+against the reference before it is timed.
 """
 
 import torch
