@@ -15,10 +15,20 @@ from tests.search.conftest import campaign_runs
 DASHBOARD = "http://127.0.0.1:8265"
 
 
+# Ports a Ray head takes by default besides the GCS port (dashboard 8265, client server 10001, the
+# dashboard agent's HTTP 52365, workers 10002-19999): a GCS port among them fails `ray start` ("is
+# trying to use a port number 52365 that is used by other components", seen on CI).
+RAY_DEFAULT_PORTS = {8265, 10001, 52365, *range(10002, 20000)}
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free local port that none of Ray's default components uses."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
 
 
 def _port_busy(port: int) -> bool:
