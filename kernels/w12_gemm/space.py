@@ -1,10 +1,10 @@
 """Tuning space of the W12 skinny GEMM, as data (STYLE.md item 10).
 
 Like ``skinny_gemm/space.py`` plus ``DECODE`` ("int": plain Triton integer decode, runs anywhere;
-"prmt": inline-PTX decode of 4 weights per call, GPU only, straight to fp32 in the GEMV; GEMV only,
-"prmt-bf16": the PTX decode to bf16 pairs, widened to fp32 by Triton: more instructions, fewer
-live registers), ``ESC_CHUNK`` (escapes applied per row
-in unrolled chunks of this many: the epilogue waits on about two memory latencies per chunk;
+"prmt": inline-PTX decode of 4 weights per call, GPU only, straight to fp32 in the GEMV; GEMV
+only, "prmt-bf16": the PTX decode to bf16 pairs, widened to fp32 by Triton: more instructions,
+fewer live registers), ``ESC_CHUNK`` (escapes applied per row in unrolled chunks of this many: the
+epilogue waits on about two memory latencies per chunk;
 measured on the H200, results/h200-2026-11-30-w12-escapes.json: on seed-like weights the epilogue
 costs at most ~1 us and chunks do not pay, on the tuner's outlier-rich weights they are mixed).
 ``ESC_EARLY`` (GEMV, 1: on) fetches each row's first ``ESC_CHUNK`` escapes and their x values under
