@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specpilot.kernels.w12_gemm.triton import decode_f32
+from specpilot.kernels.w12.triton import w12_decode_f32
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 SHAPES = {"q3_gate_up": (5120, 34816), "q3_down": (17408, 5120), "q3_gdn_in": (5120, 16480),
@@ -78,8 +78,8 @@ def blocked_kernel(x_ptr, blk_ptr, out_ptr, N, K, K2, scale, BLOCK_N: tl.constex
             offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
             x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last").to(tl.float32)
             x_b = tl.load(x_ptr + K2 + offs_j, eviction_policy="evict_last").to(tl.float32)
-            acc += decode_f32(sm_a, nib, False, ASM) * x_a[None, :]
-            acc += decode_f32(sm_b, nib, True, ASM) * x_b[None, :]
+            acc += w12_decode_f32(sm_a, nib, False, ASM) * x_a[None, :]
+            acc += w12_decode_f32(sm_b, nib, True, ASM) * x_b[None, :]
         else:
             acc_i ^= (nib ^ sm_a ^ sm_b).to(tl.int32)
     if DECODE:
@@ -109,8 +109,8 @@ def rowmajor_kernel(x_ptr, sm_ptr, nib_ptr, out_ptr, N, K, K2, scale, BLOCK_N: t
         offs_j = j0 + tl.arange(0, BLOCK_K)
         x_a = tl.load(x_ptr + offs_j, eviction_policy="evict_last").to(tl.float32)
         x_b = tl.load(x_ptr + K2 + offs_j, eviction_policy="evict_last").to(tl.float32)
-        acc += decode_f32(sm_a, nib, False, ASM) * x_a[None, :]
-        acc += decode_f32(sm_b, nib, True, ASM) * x_b[None, :]
+        acc += w12_decode_f32(sm_a, nib, False, ASM) * x_a[None, :]
+        acc += w12_decode_f32(sm_b, nib, True, ASM) * x_b[None, :]
     y = tl.sum(acc, axis=1) * scale
     tl.store(out_ptr + offs_n, y.to(out_ptr.dtype.element_ty))
 

@@ -96,10 +96,9 @@ def w12_pack_ref(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
     nib = torch.zeros((r, k2), dtype=torch.uint8, device=w.device)
     for rows in row_chunks(r, k):
         bits = bits_of(w2[rows])
-        code = torch.zeros((bits.shape[0], 2 * k2), dtype=torch.int32, device=w.device)
-        full = torch.zeros_like(code)
-        full[:, :k] = bits
-        code[:, :k] = (((bits >> 7) & 0xFF) - base).clamp(0, WINDOW - 1)
+        full = torch.zeros((bits.shape[0], 2 * k2), dtype=torch.int32, device=w.device)
+        full[:, :k] = bits  # the padding column: bits 0, so code 0 (base >= 1)
+        code = (((full >> 7) & 0xFF) - base).clamp(0, WINDOW - 1)
         sm[rows] = (((code & 1) << 7) | (full & 0x7F)).to(torch.uint8)
         sign, high = (full >> 15) & 1, code >> 1
         nib[rows] = ((sign[:, :k2] << 7) | high[:, :k2]

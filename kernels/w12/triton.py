@@ -74,6 +74,11 @@ def _f32_asm(hi: bool) -> str:
 SCALED_ASM: tl.constexpr = tl.constexpr((_pairs_asm(False), _pairs_asm(True)))
 SCALED_F32_ASM: tl.constexpr = tl.constexpr((_f32_asm(False), _f32_asm(True)))
 
+DECODE_ASM = {"int": 0, "prmt": 1, "prmt-bf16": 2}
+"""The decode helpers' ``ASM`` for each ``DECODE`` config choice: 0 Triton integer ops, 1 the PTX
+decode, 2 the PTX decode to bf16 pairs with the fp32 widening left to Triton (differs from 1 in
+:func:`w12_decode_f32` only)."""
+
 
 def window_scale(base: int) -> float:
     """``2^(base - C0)``: what the GEMMs multiply their fp32 sums by after a scaled decode."""
@@ -112,8 +117,11 @@ def w12_decode_scaled(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
 @triton.jit
 def w12_decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
     """fp32 tile of the same scaled weights (exact: every bf16 is an fp32), widened inside the
-    decode rather than after it."""
-    if ASM:
+    PTX decode (``ASM == 1``) or after the bf16 one (``ASM == 2``: more instructions, fewer live
+    registers in the one-warp pipelined GEMV)."""
+    if ASM == 2:
+        w = w12_decode_scaled(sm, nib, HI, ASM).to(tl.float32)
+    elif ASM:
         w = tl.inline_asm_elementwise(SCALED_F32_ASM[HI], "=r,=r,=r,=r,r,r", [sm, nib],
                                       dtype=tl.float32, is_pure=True, pack=4)
     else:
@@ -237,6 +245,6 @@ def w12_unpack(packed: W12Tensor, config: dict | None = None) -> torch.Tensor:
         w12_fwd_kernel_decode[grid](packed.planes, out, r, k, k2, (packed.base - C0.value) << 7,
                                     BLOCK_R=cfg["BLOCK_R"], BLOCK_J=cfg["BLOCK_J"],
                                     BR=packed.block_rows, BP=packed.block_pairs,
-                                    ASM=cfg["DECODE"] == "prmt", num_warps=cfg["num_warps"])
+                                    ASM=DECODE_ASM[cfg["DECODE"]], num_warps=cfg["num_warps"])
     ref.apply_escape_bits(out.view(torch.int16), packed)
     return out.reshape(packed.shape)

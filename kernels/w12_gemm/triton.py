@@ -64,6 +64,7 @@ from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.skinny_gemm.triton import row_x
 from specpilot.kernels.skinny_gemm.triton import rows_sum
 from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.triton import DECODE_ASM
 from specpilot.kernels.w12.triton import plane_cols
 from specpilot.kernels.w12.triton import plane_rows
 from specpilot.kernels.w12.triton import w12_decode_f32
@@ -102,22 +103,6 @@ def apply_escapes(acc, x_ptr, stride_xm, offs_m, M, start, count, first, esc_col
                          other=0.0)
             acc += xv.to(tl.float32) * delta[None, :]
     return acc
-
-
-DECODE_ASM = {"int": 0, "prmt": 1, "prmt-bf16": 2}
-"""The kernels' ``ASM`` of each ``DECODE`` choice (:mod:`.space`); 2 differs from 1 in the GEMVs
-only."""
-
-
-@triton.jit
-def decode_f32(sm, nib, HI: tl.constexpr, ASM: tl.constexpr):
-    """fp32 tile of the scaled weights: :func:`specpilot.kernels.w12.triton.w12_decode_f32`, or
-    with ``ASM == 2`` the bf16 decode widened after it (same values)."""
-    if ASM == 2:
-        w = w12_decode_scaled(sm, nib, HI, ASM).to(tl.float32)
-    else:
-        w = w12_decode_f32(sm, nib, HI, ASM)
-    return w
 
 
 @triton.jit
@@ -193,8 +178,8 @@ def gemv_mac(acc, nib, sm_a, sm_b, x_ptr, j0, j_hi, K, K2, BLOCK_K: tl.constexpr
     offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
     x_a = tl.load(x_ptr + offs_j, mask=a_mask, other=0.0, eviction_policy="evict_last")
     x_b = tl.load(x_ptr + K2 + offs_j, mask=b_mask, other=0.0, eviction_policy="evict_last")
-    acc += decode_f32(sm_a, nib, False, ASM) * x_a.to(tl.float32)[None, :]
-    acc += decode_f32(sm_b, nib, True, ASM) * x_b.to(tl.float32)[None, :]
+    acc += w12_decode_f32(sm_a, nib, False, ASM) * x_a.to(tl.float32)[None, :]
+    acc += w12_decode_f32(sm_b, nib, True, ASM) * x_b.to(tl.float32)[None, :]
     return acc
 
 
@@ -205,8 +190,8 @@ def gemv_rows_mac(acc0, acc1, nib, sm_a, sm_b, x_ptr, stride_xm, M, j0, j_hi, K,
     then ``acc_i [BN, BK]`` += them times row i's x (0 past M), one accumulator per row in the
     M = 1 GEMV's layout."""
     offs_j, a_mask, b_mask = x_masks(j0, j_hi, K, K2, BLOCK_K)
-    w_a = decode_f32(sm_a, nib, False, ASM)
-    w_b = decode_f32(sm_b, nib, True, ASM)
+    w_a = w12_decode_f32(sm_a, nib, False, ASM)
+    w_b = w12_decode_f32(sm_b, nib, True, ASM)
     acc0 += w_a * row_x(x_ptr, stride_xm, 0, M, offs_j, a_mask)
     acc0 += w_b * row_x(x_ptr + K2, stride_xm, 0, M, offs_j, b_mask)
     acc1 += w_a * row_x(x_ptr, stride_xm, 1, M, offs_j, a_mask)
