@@ -105,7 +105,7 @@ PARAMS = {
         "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [1, 2, 4, 8],
-        "num_stages": [1, 2, 3, 4, 5],
+        "num_stages": [2, 3, 4, 5],
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4, 8],
         "PREFETCH": [0, 1],
@@ -201,14 +201,18 @@ SWEEP = [
     _config("dot", 32, 128, 1, 2, 3, "prmt", prefetch=1),
     _config("dot", 32, 128, 2, 2, 4, "prmt", prefetch=1),
     _config("dot", 16, 128, 1, 1, 4, "prmt", prefetch=1),
-    # Bit layout 2's grid at M = 4-16 (results/h200-2026-12-01-w12-dot-probe-layout2.json, weights
-    # with 5x the sweep's outliers): 4 stages with split K on the down and out projections, one
-    # warp of 16 rows on the attention projection, 256-pair steps with 2 stages on gate_up.
+    # Bit layout 2's grid at M = 4-16 (results/h200-2026-12-01-w12-dot-probe-layout2.json and
+    # ...-stages.json, weights with 5x the sweep's outliers): 4 stages or 256-pair steps with
+    # split K on the down and out projections, one warp of 16 rows on the attention projection,
+    # 256-pair steps with 2 stages on gate_up. Unpipelined (num_stages 1, not a choice) lost on
+    # every shape and M: 124-234 registers, 9-32% over the best pipelined config.
     _config("dot", 32, 128, 4, 2, 4, "prmt"),
     _config("dot", 32, 128, 2, 2, 3, "prmt"),
     _config("dot", 32, 128, 1, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 2, "prmt"),
     _config("dot", 16, 128, 1, 1, 3, "prmt"),
+    _config("dot", 16, 128, 4, 1, 3, "prmt"),
+    _config("dot", 32, 256, 4, 2, 3, "prmt"),
     # M above 16 (BLOCK_T = 16) or 32 (BLOCK_T = 32) as tiles of that many tokens (BLOCK_T must
     # split M: below, these are invalid and skipped).
     _config("dot", 32, 128, 1, 2, 3, "prmt", block_t=16),

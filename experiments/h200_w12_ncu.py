@@ -1,0 +1,106 @@
+"""H200: where the W12 GEMMs stall, by Nsight Compute, next to the bf16 Triton GEMM.
+
+Run under ``ncu`` with ``--profile-from-start off``: each case is compiled and warmed up outside
+the profiled range, then launched once between ``cudaProfilerStart`` and ``cudaProfilerStop``, so
+ncu sees exactly one kernel launch per case, in the order of ``CASES``::
+
+    ncu --profile-from-start off --section SpeedOfLight --section Occupancy \\
+        --section WarpStateStats --section MemoryWorkloadAnalysis \\
+        python3 experiments/h200_w12_ncu.py [--cases NAME,..]
+
+Each case: a named decode shape (``kernels_h200.SHAPES``), M, the op and the config (the
+kernels_h200 sweep's winners at bit layout 2, results/h200-2026-12-01-kernels-layout2.json).
+The weights are the sweep's (``synthetic_weight``, outlier rate 2e-4). Every case's output is
+checked against the fp64 result first; the script prints one line per case (label, launch order,
+check) for matching ncu's report to it. Prints nothing ncu does not already time: the numbers
+live in ncu's report.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import specpilot  # noqa: E402
+
+specpilot.__path__.append(str(ROOT))  # uninstalled checkout: specpilot.kernels lives in ./kernels
+import torch  # noqa: E402
+
+import kernels_h200 as kb  # noqa: E402  (shapes)
+from specpilot.kernels import w12  # noqa: E402
+from specpilot.kernels.common.check import check_close  # noqa: E402
+from specpilot.kernels.common.check import gemm_exact  # noqa: E402
+from specpilot.kernels.skinny_gemm.triton import skinny_gemm  # noqa: E402
+from specpilot.kernels.tuning.ops import synthetic_weight  # noqa: E402
+from specpilot.kernels.w12_gemm.triton import w12_gemm  # noqa: E402
+
+_GEMV = {"kernel": "gemv", "SPLIT_K": 1, "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 4,
+         "L2_PREFETCH": 0, "ESC_EARLY": 1}
+_DOT = {"kernel": "dot", "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2,
+        "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 1, "L2_PREFETCH": 0, "PREFETCH": 0,
+        "BLOCK_T": 0}
+_BF16_DOT = {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
+             "num_stages": 4, "L2_PREFETCH": 0, "PREFETCH": 0}
+
+# label: (shape, M, op, config)
+CASES = {
+    "gate_up_m1_w12_gemv": ("q3_gate_up", 1, "w12",
+                            {**_GEMV, "BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 2,
+                             "K_STAGES": 4}),
+    "gate_up_m2_w12_gemv": ("q3_gate_up", 2, "w12",
+                            {**_GEMV, "BLOCK_N": 4, "BLOCK_K": 256, "num_warps": 1,
+                             "K_STAGES": 3}),
+    "gate_up_m4_w12_dot": ("q3_gate_up", 4, "w12", _DOT),
+    "gate_up_m16_w12_dot": ("q3_gate_up", 16, "w12", _DOT),
+    "gate_up_m16_bf16_dot": ("q3_gate_up", 16, "bf16", _BF16_DOT),
+    "down_m16_w12_dot_sk4": ("q3_down", 16, "w12", {**_DOT, "SPLIT_K": 4}),
+}
+
+
+def run_case(label: str, order: int) -> tuple:
+    """Build, check and warm up one case; returns the launch to profile."""
+    name, m, op, config = CASES[label]
+    k, n = kb.SHAPES[name]
+    w = synthetic_weight(n, k, torch.device("cuda"), 0, outlier_rate=2e-4)
+    x = torch.randn((m, k), device="cuda").to(torch.bfloat16)
+    exact, abs_sum = gemm_exact(x, w)
+    if op == "w12":
+        packed = w12.pack(w)
+        del w
+        launch = lambda: w12_gemm(x, packed, config=config)  # noqa: E731
+    else:
+        launch = lambda: skinny_gemm(x, w, config=config)  # noqa: E731
+    result = check_close(label, launch(), exact, abs_sum)
+    for _ in range(3):
+        launch()
+    torch.cuda.synchronize()
+    print(f"case {order}: {label} {name} K={k} N={n} M={m} {op} {config} check={result}",
+          flush=True)
+    return launch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated labels")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("h200_w12_ncu.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    labels = args.cases.split(",")
+    unknown = [lbl for lbl in labels if lbl not in CASES]
+    if unknown:
+        print(f"unknown cases {unknown}; known: {sorted(CASES)}", file=sys.stderr)
+        return 2
+    for order, label in enumerate(labels):
+        launch = run_case(label, order)
+        torch.cuda.profiler.start()
+        launch()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
