@@ -187,15 +187,12 @@ SWEEP = [
     # SM instead of 16); this way 125, for 5.59 K-loop instructions per weight instead of 5.08
     # (experiments/sass_per_weight.py). The GPU decides.
     _config("gemv", 4, 256, 1, 1, 3, "prmt-bf16", esc_chunk=4, k_stages=3, esc_early=1),
-    # 16 pairs of columns per thread per K step instead of 32. Nsight Compute on the H200
-    # (results/h200-2026-12-01-w12-ncu.json): the 2-row GEMV (4 x 256, 1 warp) holds 163
-    # registers, 11 warps per SM, and reads at 68% of DRAM peak against 78% for the 1-row GEMV
-    # (127 registers, 15 warps). These compile to 92 registers at 2 rows and 64-72 at 1
-    # (cuobjdump, sm_90a).
-    _config("gemv", 4, 256, 1, 2, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
-    _config("gemv", 4, 256, 1, 2, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
-    _config("gemv", 4, 128, 1, 1, 3, "prmt", esc_chunk=4, k_stages=3, esc_early=1),
-    _config("gemv", 4, 128, 1, 1, 3, "prmt", esc_chunk=4, k_stages=4, esc_early=1),
+    # Not kept: 16 pairs of columns per thread per K step instead of 32 (4 x 256 on 2 warps,
+    # 4 x 128 on 1). Nsight Compute had the 2-row GEMV at 163 registers, 11 warps per SM and 68%
+    # of DRAM peak against 78% for the 1-row one (results/h200-2026-12-01-w12-ncu.json); these
+    # compile to 92 registers at 2 rows, yet ran 11-20% slower there; at M = 1 they won only the
+    # two Muse shapes, by 1.6% at most (results/h200-2026-12-01-kernels-gemv-16-per-thread.json).
+    # So the 2-row GEMV is not bound by its registers.
     _config("dot", 32, 128, 1, 2, 3, "prmt"),
     _config("dot", 32, 128, 2, 2, 4, "prmt"),
     _config("dot", 32, 256, 1, 2, 3, "prmt"),
