@@ -88,7 +88,7 @@ def kernel_fns(op_name: str) -> list:
 def compile_key(op, cfg: dict, m: int) -> str:
     """What picks the compiled kernel besides the config: the token tile (swap-AB) or the row
     count (GEMV) that M gives (M itself is not specialised)."""
-    if cfg["kernel"] == "dot":
+    if cfg["kernel"] in ("dot", "dot_sk"):
         tile = op.space.token_tile(cfg, m)
     else:
         tile = op.space.gemv_rows(m) if cfg["kernel"] == "gemv" else 1

@@ -9,7 +9,8 @@ ncu sees exactly one kernel launch per case, in the order of ``CASES``::
         python3 experiments/h200_w12_ncu.py [--cases NAME,..]
 
 Each case: a named decode shape (``kernels_h200.SHAPES``), M, the op and the config (the
-kernels_h200 sweep's winners at bit layout 2, results/h200-2026-12-01-kernels-layout2.json).
+kernels_h200 sweep's winners at bit layout 2, results/h200-2026-12-01-kernels-layout2.json, and the
+stream-K swap-AB kernel).
 The weights are the sweep's (``synthetic_weight``, outlier rate 2e-4). Every case's output is
 checked against the fp64 result first; the script prints one line per case (label, launch order,
 check) for matching ncu's report to it. Prints nothing ncu does not already time: the numbers
@@ -41,6 +42,8 @@ _GEMV = {"kernel": "gemv", "SPLIT_K": 1, "num_stages": 3, "DECODE": "prmt", "ESC
 _DOT = {"kernel": "dot", "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2,
         "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 1, "L2_PREFETCH": 0, "PREFETCH": 0,
         "BLOCK_T": 0}
+_DOT_SK = {"kernel": "dot_sk", "BLOCK_N": 32, "BLOCK_K": 128, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
+           "num_warps": 2, "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": 0}
 _BF16_DOT = {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
              "num_stages": 4, "L2_PREFETCH": 0, "PREFETCH": 0}
 
@@ -56,6 +59,9 @@ CASES = {
     "gate_up_m16_w12_dot": ("q3_gate_up", 16, "w12", _DOT),
     "gate_up_m16_bf16_dot": ("q3_gate_up", 16, "bf16", _BF16_DOT),
     "down_m16_w12_dot_sk4": ("q3_down", 16, "w12", {**_DOT, "SPLIT_K": 4}),
+    # the swap-AB kernel under stream-K (no partial last wave), 5 programs per SM
+    "gate_up_m4_w12_dot_streamk": ("q3_gate_up", 4, "w12", _DOT_SK),
+    "down_m16_w12_dot_streamk": ("q3_down", 16, "w12", _DOT_SK),
 }
 
 

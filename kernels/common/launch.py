@@ -102,9 +102,10 @@ class SkinnyPlan:
 
 @dataclasses.dataclass(frozen=True)
 class StreamKPlan:
-    """A stream-K GEMV launch (:mod:`specpilot.kernels.common.streamk`): ``programs`` take the
-    first ``dp_tiles`` tiles whole, round-robin, then share the ``units = (tiles - dp_tiles) *
-    steps`` K steps of ``BLOCK_K`` of the rest, ``per`` each (the last ones fewer or none)."""
+    """A stream-K launch (:mod:`specpilot.kernels.common.streamk`): ``programs`` take the first
+    ``dp_tiles`` tiles whole, round-robin, then share the ``units = (tiles - dp_tiles) * steps``
+    K steps of ``BLOCK_K`` of the rest, ``per`` each (the last ones fewer or none). A tile is
+    ``rows`` x ``BLOCK_N`` outputs: 1 row for the GEMVs, the token tile for the swap-AB kernel."""
 
     cfg: dict
     programs: int
@@ -112,7 +113,8 @@ class StreamKPlan:
     per: int
     steps: int
     units: int
-    workspace: torch.Tensor  # fp32 [programs, 2, BLOCK_N]
+    rows: int
+    workspace: torch.Tensor  # fp32 [programs, 2, rows, BLOCK_N]
     locks: torch.Tensor
 
     @property
@@ -128,8 +130,10 @@ class StreamKPlan:
         return {"PDL": pdl, "launch_pdl": pdl, **cap}
 
 
-def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamKPlan:
-    """Size the grid, workspace and counters of a stream-K GEMV over ``k_len`` K positions."""
+def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device,
+                 rows: int = 1) -> StreamKPlan:
+    """Size the grid, workspace and counters of a stream-K launch over ``k_len`` K positions,
+    ``rows`` output rows per tile."""
     from specpilot.kernels.common.streamk import streamk_split
 
     tiles = cdiv(n, cfg["BLOCK_N"])
@@ -140,8 +144,8 @@ def plan_streamk(cfg: dict, n: int, k_len: int, device: torch.device) -> StreamK
     if tiles * steps + slots >= 2**31:
         raise ValueError(f"stream-K indexes K steps in int32: {tiles} tiles x {steps} steps")
     dp_tiles, programs, per = streamk_split(tiles, steps, slots)
-    ws = torch.empty((programs, 2, cfg["BLOCK_N"]), dtype=torch.float32, device=device)
-    return StreamKPlan(cfg, programs, dp_tiles, per, steps, (tiles - dp_tiles) * steps, ws,
+    ws = torch.empty((programs, 2, rows, cfg["BLOCK_N"]), dtype=torch.float32, device=device)
+    return StreamKPlan(cfg, programs, dp_tiles, per, steps, (tiles - dp_tiles) * steps, rows, ws,
                        lock_buffer(device, tiles - dp_tiles))
 
 
@@ -152,6 +156,8 @@ def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_le
     cfg = resolve_config(op, config, m, n, k, device, space)
     if cfg["kernel"] == "gemv_sk":
         return plan_streamk(cfg, n, k_split_len, device)
+    if cfg["kernel"] == "dot_sk":
+        return plan_streamk(cfg, n, k_split_len, device, rows=space.token_tile(cfg, m))
     k_per_split, splits = splitk_plan(k_split_len, cfg["SPLIT_K"], cfg["BLOCK_K"])
     grid_n = cdiv(n, cfg["BLOCK_N"])
     block_t = None if cfg["kernel"] == "gemv" else space.token_tile(cfg, m)

@@ -62,21 +62,31 @@ def store_row(y, out_ptr, offs_n, N):
 
 
 @triton.jit
-def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, first, p, per,
-                  steps, BLOCK_N: tl.constexpr):
-    """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [1, BLOCK_N]`` (fp32) is the
-    segment's sum for output columns ``offs_n``; ``first``: the segment is program ``p``'s first;
-    program q streams units ``[q * per, (q + 1) * per)``.
+def store_tile(y, out_ptr, offs_m, offs_n, M, N):
+    """A whole tile's ``y [BLOCK_M, BLOCK_N]`` to rows ``offs_m``, columns ``offs_n`` of the
+    contiguous ``out [M, N]`` (past M or N masked)."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
 
-    ``ws_ptr``: fp32 ``[programs, 2, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile, zero on
-    entry and left zero on exit.
+
+@triton.jit
+def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, s_lo, s_hi, first,
+                  p, per, steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [BLOCK_M, BLOCK_N]`` (fp32) is the
+    segment's sum for rows ``offs_m`` and output columns ``offs_n`` of ``out [M, N]`` (the GEMVs:
+    one row); ``first``: the segment is program ``p``'s first; program q streams units
+    ``[q * per, (q + 1) * per)``.
+
+    ``ws_ptr``: fp32 ``[programs, 2, BLOCK_M, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile,
+    zero on entry and left zero on exit.
     """
     if (s_lo == 0) & (s_hi == steps):
-        store_row(y, out_ptr, offs_n, N)
+        store_tile(y, out_ptr, offs_m, offs_n, M, N)
     else:
-        cols = tl.arange(0, BLOCK_N)[None, :]
+        cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         slot = tl.where(first, 0, 1)
-        tl.store(ws_ptr + (p * 2 + slot) * BLOCK_N + cols, y)
+        tl.store(ws_ptr + (p * 2 + slot) * (BLOCK_M * BLOCK_N) + cells, y)
         # Every thread's partial store happens before the (release) counter bump.
         tl.debug_barrier()
         q_lo = tile * steps // per
@@ -88,6 +98,7 @@ def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, fir
                 # The tile is q's first segment iff q's range starts inside it.
                 q_slot = tl.where(q * per >= tile * steps, 0, 1)
                 # .cg: read from L2, never a stale L1 line.
-                total += tl.load(ws_ptr + (q * 2 + q_slot) * BLOCK_N + cols, cache_modifier=".cg")
-            store_row(total, out_ptr, offs_n, N)
+                total += tl.load(ws_ptr + (q * 2 + q_slot) * (BLOCK_M * BLOCK_N) + cells,
+                                 cache_modifier=".cg")
+            store_tile(total, out_ptr, offs_m, offs_n, M, N)
             tl.atomic_xchg(lock_ptr + tile, 0)

@@ -178,8 +178,8 @@ def skinny_gemm_fwd_kernel_gemv_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N
         s_hi = tl.minimum(steps, s_lo + (u_hi - u))
         offs_n, y = gemv_segment(x_ptr, w_ptr, N, K, stride_wn, dp_tiles + tile, s_lo, s_hi,
                                  BLOCK_N, BLOCK_K)
-        store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
-                      per, steps, BLOCK_N)
+        store_streamk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, 1, N, tile, s_lo,
+                      s_hi, u == u_lo, p, per, steps, 1, BLOCK_N)
         u += s_hi - s_lo
         tile += 1
         s_lo = 0

@@ -51,6 +51,13 @@ steps equally, so no program runs the tail alone;
 the previous kernel's teardown; ``MAX_REGS`` (0: none) caps its registers per thread (ptxas
 ``-maxrregcount``), so more programs stay resident at the price of a few spills.
 
+``dot_sk`` (M <= 64, one token tile) is the swap-AB kernel under the same schedule: whole rounds
+of row tiles, then every program an equal share of the remaining tiles' K steps (partial tiles
+summed in program order, so the bits do not depend on timing), against the partial last wave
+that leaves the grid kernel's SMs idle 17% of the time at M = 4-16 on the H200
+(results/h200-2026-12-01-w12-ncu.json). ``PROGRAMS_PER_SM`` should be what fits on an SM (shared
+memory bounds the 32 x 128, 3-stage kernel at 5 on sm_90): more runs in waves again.
+
 Not in the space: a GEMV that loads the next K step's tiles into registers before decoding this
 step's (run 5, results/h200-2026-11-30-w12-ar-run5.json): 55 -> 136 registers at 8 x 256 on sm_90
 and 1.6-2.2x slower on every shape (fewer programs per SM). The split-K GEMV (16 x 256, 2 splits)
@@ -67,7 +74,7 @@ from specpilot.kernels.skinny_gemm.space import check_gemv_tile
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
 from specpilot.kernels.skinny_gemm.space import gemv_rows
-from specpilot.kernels.skinny_gemm.space import kernels_for
+from specpilot.kernels.skinny_gemm.space import kernels_for as bf16_kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.w12.format import block_pairs_for
 
@@ -112,6 +119,17 @@ PARAMS = {
         "L2_PREFETCH": L2_STEPS,
         "BLOCK_T": [0, 16, 32],
     },
+    "dot_sk": {
+        "BLOCK_N": [16, 32, 64],
+        "BLOCK_K": [64, 128, 256],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 8, 10, 12, 16],
+        "MAX_REGS": [0, 96, 128],
+        "num_warps": [1, 2, 4],
+        "num_stages": [2, 3, 4],
+        "DECODE": ["int", "prmt"],
+        "ESC_CHUNK": [1, 2, 4],
+        "PDL": [0, 1],
+    },
 }
 
 
@@ -135,6 +153,13 @@ def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: in
               "ESC_CHUNK": esc_chunk, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
             else {**config, "PREFETCH": prefetch, "BLOCK_T": block_t})
+
+
+def _dot_sk(block_n: int, block_k: int, num_warps: int, num_stages: int,
+            programs_per_sm: int) -> dict:
+    return {"kernel": "dot_sk", "BLOCK_N": block_n, "BLOCK_K": block_k,
+            "PROGRAMS_PER_SM": programs_per_sm, "MAX_REGS": 0, "num_warps": num_warps,
+            "num_stages": num_stages, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": 0}
 
 
 def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
@@ -232,6 +257,15 @@ SWEEP = [
     # lm_head 484.7 vs 453.2 us, gate_up 76.8 vs 71.9 us in run 8. A program that loops over
     # tiles streams less than fresh CTAs do, and that costs more than the tail it removes.
     _streamk(8, 256, 8, 4, 0),
+    # The swap-AB kernel's winners under the stream-K schedule, at the programs per SM that their
+    # shared memory allows on sm_90 (40 KB per program at 32 x 128 and 3 stages: 5). Nsight
+    # Compute on the H200 (results/h200-2026-12-01-w12-ncu.json): the grid kernel keeps its SMs
+    # busy 83% of the time at M = 4-16 (the GEMV 93%), its 1088 gate_up tiles being 1.65 waves,
+    # and split-K down_proj 67%. Unmeasured.
+    _dot_sk(32, 128, 2, 3, 5),
+    _dot_sk(32, 128, 2, 3, 4),
+    _dot_sk(32, 256, 2, 2, 5),
+    _dot_sk(16, 128, 1, 3, 8),
 ]
 
 # Parameters a kernel gained after configs were stored, with the value that runs it as before
@@ -272,10 +306,10 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     else:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
-        if config["BLOCK_T"] >= block_t(m):
+        if config.get("BLOCK_T", 0) >= block_t(m):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} does not split M={m} (one tile of "
                              f"{block_t(m)} tokens covers it): 0 says that")
-        if cdiv(n, config["BLOCK_N"]) > MAX_GRID_Y:
+        if kernel == "dot" and cdiv(n, config["BLOCK_N"]) > MAX_GRID_Y:
             raise ValueError(f"BLOCK_N={config['BLOCK_N']} makes {cdiv(n, config['BLOCK_N'])} "
                              f"row tiles at N={n}, over the {MAX_GRID_Y} CUDA allows on the grid "
                              "axis that holds them: take a wider BLOCK_N")
@@ -284,6 +318,12 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["num_stages"] * stage > _SMEM_BUDGET:
             raise ValueError(f"dot pipeline needs {config['num_stages'] * stage} B of shared "
                              f"memory > {_SMEM_BUDGET}")
+
+
+def kernels_for(m: int) -> list[str]:
+    """Kernel families that can run M rows: the bf16 op's, and up to one token tile (M <= 64) the
+    stream-K swap-AB kernel."""
+    return [*bf16_kernels_for(m), *(["dot_sk"] if m <= 64 else [])]
 
 
 def token_tile(config: dict, m: int) -> int:

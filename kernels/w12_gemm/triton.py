@@ -23,6 +23,8 @@ loads are masked, so padding and another split's columns multiply zeros.
   weight in the K loop (5 before the sign moved into the nibble byte), counted on the sm_90 cubin
   by ``experiments/sass_per_weight.py``; ``wgmma`` (4+ warps, ``BLOCK_N >= 64``) takes its A
   operand in a layout whose byte shuffles cost about 6 (8 before).
+- ``w12_gemm_fwd_kernel_dot_sk`` (M <= 64): the swap-AB step under a stream-K schedule (whole
+  rounds of row tiles, then equal shares of the remaining K steps): no partial last wave.
 
 The GEMV's K loop (``--kernel gemv``: 4 x 256, one warp, three stages) is about 5 instructions per
 weight, one of them the FFMA (7.6 before).
@@ -60,6 +62,7 @@ from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
+from specpilot.kernels.common.streamk import store_tile
 from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.skinny_gemm.triton import row_x
 from specpilot.kernels.skinny_gemm.triton import rows_sum
@@ -331,8 +334,8 @@ def w12_gemm_fwd_kernel_gemv_sk(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_del
         offs_n, y = gemv_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K,
                                  K2, scale, dp_tiles + tile, s_lo, s_hi, BLOCK_N, BLOCK_K, BR,
                                  BP, ASM, ESC_CHUNK)
-        store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_n, N, tile, s_lo, s_hi, u == u_lo, p,
-                      per, steps, BLOCK_N)
+        store_streamk(y, out_ptr, ws_ptr, lock_ptr, tl.arange(0, 1), offs_n, 1, N, tile, s_lo,
+                      s_hi, u == u_lo, p, per, steps, 1, BLOCK_N)
         u += s_hi - s_lo
         tile += 1
         s_lo = 0
@@ -422,6 +425,69 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
 
 
+@triton.jit
+def dot_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K, K2, stride_xm,
+                scale, tile, s_lo, s_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                BLOCK_T: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, ASM: tl.constexpr,
+                X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr):
+    """``(offs_t, offs_n, out_t [BLOCK_T, BLOCK_N])``: K steps ``[s_lo, s_hi)`` of row tile
+    ``tile`` of the swap-AB product for all M <= BLOCK_T tokens, scaled, with the tile's escapes
+    added when the segment starts at K step 0."""
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = tl.arange(0, BLOCK_T)
+    n_mask = offs_n < N
+    t_mask = offs_t < M
+    w_rows = weight_rows(planes_ptr, offs_n, N, K2, BR, BP)
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for s in range(s_lo, s_hi):  # j_hi = K2: no split, x is masked past it
+        acc = dot_step(acc, x_cols, w_rows, s * BLOCK_K, K2, K, K2, t_mask, BLOCK_K, BR, BP, ASM,
+                       X_F32)
+    out_t = tl.trans(acc) * scale  # [BLOCK_T, BLOCK_N]
+    if s_lo == 0:
+        start, count = escape_rows(row_ptr, offs_n, n_mask)
+        out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+                              esc_delta_ptr, ESC_CHUNK)
+    return offs_t, offs_n, out_t
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12_gemm_fwd_kernel_dot_sk(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+                               ws_ptr, lock_ptr, M, N, K, K2, stride_xm, scale, steps, dp_tiles,
+                               units, per, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               BLOCK_T: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
+                               ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr,
+                               PDL: tl.constexpr):
+    """M <= BLOCK_T, the swap-AB kernel under the GEMVs' schedule of data-parallel rounds then
+    stream-K (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p takes whole row
+    tiles p, p + P, ... below ``dp_tiles``, then K-step units ``[p*per, (p+1)*per)`` of the
+    ``units`` of the remaining tiles, so every program streams about as many K steps and none
+    runs a partial last wave alone. ``PDL``: a programmatic dependent launch, waiting before any
+    read or write."""
+    p = tl.program_id(0)
+    if PDL:
+        gdc_wait()
+    for tile in range(p, dp_tiles, tl.num_programs(0)):
+        offs_t, offs_n, out_t = dot_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr,
+                                            esc_delta_ptr, M, N, K, K2, stride_xm, scale, tile,
+                                            0, steps, BLOCK_N, BLOCK_K, BLOCK_T, BR, BP, ASM,
+                                            X_F32, ESC_CHUNK)
+        store_tile(out_t, out_ptr, offs_t, offs_n, M, N)
+    u_lo, u_hi, tile, s_lo = streamk_range(p, per, units, steps)  # tile: from dp_tiles on
+    u = u_lo
+    while u < u_hi:
+        s_hi = tl.minimum(steps, s_lo + (u_hi - u))
+        offs_t, offs_n, out_t = dot_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr,
+                                            esc_delta_ptr, M, N, K, K2, stride_xm, scale,
+                                            dp_tiles + tile, s_lo, s_hi, BLOCK_N, BLOCK_K,
+                                            BLOCK_T, BR, BP, ASM, X_F32, ESC_CHUNK)
+        store_streamk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile, s_lo, s_hi,
+                      u == u_lo, p, per, steps, BLOCK_T, BLOCK_N)
+        u += s_hi - s_lo
+        tile += 1
+        s_lo = 0
+
+
 def esc_early(cfg: dict, plan, k2: int) -> bool:
     """The GEMV's ``ESC_EARLY``: as configured, where every split has the two K steps it peels."""
     step = cfg["BLOCK_K"]
@@ -482,6 +548,10 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
         w12_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, scale, *plan.schedule,
             **plan.options, **meta)
+    elif cfg["kernel"] == "dot_sk":
+        w12_gemm_fwd_kernel_dot_sk[(plan.programs,)](
+            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
+            *plan.schedule, BLOCK_T=plan.rows, X_F32=x_f32, **plan.options, **meta)
     elif plan.block_t is None:
         meta["SPLIT_K"] = plan.splits
         w12_gemm_fwd_kernel_gemv[(plan.grid_n, plan.splits)](

@@ -12,6 +12,7 @@ from specpilot.kernels.common.check import assert_gemm_close
 from specpilot.kernels.common.check import check_close
 from specpilot.kernels.common.check import gemm_exact
 from specpilot.kernels.tuning.ops import synthetic_weight
+from specpilot.kernels.w12_gemm import space as w12_space
 from specpilot.kernels.w12_gemm.reference import w12_gemm_ref
 from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import w12_gemm as w12_gemm_triton
@@ -32,6 +33,12 @@ def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0, block_t=0):
 def streamk(bn=8, bk=16, programs=None, esc=1):
     cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
            "num_warps": 1, "num_stages": 1, "DECODE": "int", "ESC_CHUNK": esc, "PDL": 0}
+    return cfg if programs is None else {**cfg, "_test_programs": programs}
+
+
+def dot_sk(bn=16, bk=16, warps=1, programs=None, esc=1):
+    cfg = {"kernel": "dot_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
+           "num_warps": warps, "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PDL": 0}
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
@@ -97,6 +104,18 @@ CASES = [
     pytest.param(5, 1152, 45, dot(bn=64, bk=64, split=2, prefetch=1),
                  id="M5-K1152-N45-w12-dot-blocks-split2-prefetch"),
     pytest.param(3, 20, 45, dot(prefetch=1), id="M3-K20-N45-w12-dot-one-partial-step-prefetch"),
+    # The swap-AB kernel under stream-K: 3 row tiles x 3 steps (K2 = 34, the last step a masked
+    # tail). 2 slots: one data-parallel round, then the third tile's steps shared 2 + 1; 5 slots:
+    # no round, 2 steps each, so program 1 ends tile 0 and starts tile 1 (both workspace slots);
+    # 264 (2 per SM): one step per program, every tile summed from three partials.
+    pytest.param(5, 67, 45, dot_sk(programs=2), id="M5-K67-N45-w12-dot-sk-round-shared"),
+    pytest.param(5, 67, 45, dot_sk(programs=5, esc=2), id="M5-K67-N45-w12-dot-sk-spans-tiles"),
+    pytest.param(3, 67, 45, dot_sk(), id="M3-K67-N45-w12-dot-sk-per-step"),
+    # 16 rows, pair blocks (K2 = 576: 9 steps of 64), 2 row tiles over 3 programs; 40 rows in one
+    # 64-token tile.
+    pytest.param(16, 1152, 45, dot_sk(bn=32, bk=64, warps=2, programs=3),
+                 id="M16-K1152-N45-w12-dot-sk-blocks"),
+    pytest.param(40, 67, 45, dot_sk(programs=4), id="M40-K67-N45-w12-dot-sk-token-tile64"),
 ]
 
 
@@ -124,8 +143,9 @@ def test_dot_prefetch_gives_the_same_bits(m, k, n, split):
     assert torch.equal(plain.view(torch.int16), early.view(torch.int16))
 
 
-@pytest.mark.parametrize("config", [gemv(), gemv(early=0), dot(), dot(prefetch=1)],
-                         ids=["gemv", "gemv-late", "dot", "dot-prefetch"])
+@pytest.mark.parametrize("config", [gemv(), gemv(early=0), dot(), dot(prefetch=1),
+                                    dot_sk(programs=5)],
+                         ids=["gemv", "gemv-late", "dot", "dot-prefetch", "dot-sk"])
 def test_dropping_escape_corrections_is_caught(config):
     """Without the epilogue's escape terms the result is wrong: the check must see it."""
     m = 1 if config["kernel"] == "gemv" else 4
@@ -190,8 +210,9 @@ def test_zeros_and_non_finite_weights_are_always_escapes(fill):
         torch.testing.assert_close(out, expect[:len(xi)], equal_nan=True, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("m, config", [(1, gemv()), (5, dot(bn=32, warps=2))],
-                         ids=["gemv", "dot"])
+@pytest.mark.parametrize("m, config", [(1, gemv()), (5, dot(bn=32, warps=2)),
+                                       (5, dot_sk(programs=5))],
+                         ids=["gemv", "dot", "dot-sk"])
 def test_float32_activations(m, config):
     """The float32 validation twin runs W12 with float32 x: same decode and escapes, float32
     products (an IEEE float32 dot in the swap-AB kernel), float32 out."""
@@ -255,3 +276,11 @@ def test_swap_ab_row_tiles_must_fit_the_grid_axis():
     space.validate(dot(bn=16), 16, 16 * 65535, 64)
     with pytest.raises(ValueError, match="row tiles at N=1048577"):
         space.validate(dot(bn=16), 16, 1048577, 64)
+
+
+def test_stream_k_swap_ab_runs_one_token_tile():
+    """dot_sk covers M <= 64 (one token tile); past that the space refuses it by name."""
+    assert "dot_sk" in w12_space.kernels_for(64)
+    w12_space.validate(dot_sk(), 64, 45, 67)
+    with pytest.raises(ValueError, match="'dot_sk' cannot run M=65"):
+        w12_space.validate(dot_sk(), 65, 45, 67)
