@@ -8,7 +8,8 @@ GEMV under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the 
 for a programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
-N side), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
+N side); "dot_sk": the swap-AB kernel under the stream-K schedule, M <= 64 (one token tile),
+``PROGRAMS_PER_SM`` as for "gemv_sk"), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
 software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
 ``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait),
 ``L2_PREFETCH`` (gemv, dot: the weights of that many K steps after the first requested into L2
@@ -55,6 +56,15 @@ PARAMS = {
         "num_stages": [2, 3, 4, 5],
         "PREFETCH": [0, 1],
         "L2_PREFETCH": L2_STEPS,
+    },
+    "dot_sk": {
+        "BLOCK_N": [32, 64, 128],
+        "BLOCK_K": [32, 64, 128, 256],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 8],
+        "MAX_REGS": [0],
+        "num_warps": [4, 8],
+        "num_stages": [2, 3, 4, 5],
+        "PDL": [0, 1],
     },
 }
 
@@ -112,6 +122,13 @@ SWEEP = [
     _config("dot", 64, 64, 1, 4, 4),
     _config("dot", 128, 128, 2, 8, 4),
     _config("dot", 128, 64, 4, 8, 4),
+    # The swap-AB kernel under stream-K at about the programs per SM its shared memory allows:
+    # Nsight Compute on the H200 had this kernel's SMs busy 89% of the time at M = 16 on gate_up
+    # (results/h200-2026-12-01-w12-ncu.json), where cuBLAS was 2% faster. Unmeasured.
+    {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
+     "num_warps": 4, "num_stages": 4, "PDL": 0},
+    {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 64, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
+     "num_warps": 4, "num_stages": 4, "PDL": 0},
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
@@ -153,10 +170,11 @@ def gemv_rows(m: int) -> int:
 
 
 def kernels_for(m: int) -> list[str]:
-    """Kernel families that can run M rows."""
+    """Kernel families that can run M rows (``dot_sk``: one token tile, M <= 64)."""
+    one_tile = ["dot_sk"] if m <= 64 else []
     if m == 1:
-        return ["gemv", "gemv_sk", "dot"]
-    return ["gemv", "dot"] if m <= GEMV_MAX_M else ["dot"]
+        return ["gemv", "gemv_sk", "dot", *one_tile]
+    return ["gemv", "dot", *one_tile] if m <= GEMV_MAX_M else ["dot", *one_tile]
 
 
 def validate(config: dict, m: int, n: int, k: int) -> None:

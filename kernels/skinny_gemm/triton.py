@@ -24,6 +24,7 @@ from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
+from specpilot.kernels.common.streamk import store_tile
 from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.skinny_gemm import space
 
@@ -226,6 +227,55 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
                  SPLIT_K)
 
 
+@triton.jit
+def dot_segment(x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, tile, s_lo, s_hi,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr):
+    """``(offs_t, offs_n, y [BLOCK_T, BLOCK_N])``: K steps ``[s_lo, s_hi)`` of row tile ``tile``
+    of the swap-AB product for all M <= BLOCK_T tokens."""
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = tl.arange(0, BLOCK_T)
+    n_mask = offs_n < N
+    t_mask = offs_t < M
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for s in range(s_lo, s_hi):
+        k0 = s * BLOCK_K
+        acc = dot_mac(acc, weight_tile(w_rows, n_mask, k0, K, BLOCK_K), x_cols, t_mask, k0, K,
+                      BLOCK_K)
+    return offs_t, offs_n, tl.trans(acc)
+
+
+@triton.jit(do_not_specialize=["M"])
+def skinny_gemm_fwd_kernel_dot_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_xm,
+                                  stride_wn, steps, dp_tiles, units, per, BLOCK_N: tl.constexpr,
+                                  BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                                  PDL: tl.constexpr):
+    """M <= BLOCK_T, the swap-AB kernel under data-parallel rounds then stream-K
+    (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p takes whole row tiles p, p +
+    P, ... below ``dp_tiles``, then K-step units ``[p*per, (p+1)*per)`` of the ``units`` of the
+    remaining tiles. ``PDL``: a programmatic dependent launch, waiting before any read or
+    write."""
+    p = tl.program_id(0)
+    if PDL:
+        gdc_wait()
+    for tile in range(p, dp_tiles, tl.num_programs(0)):
+        offs_t, offs_n, y = dot_segment(x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, tile, 0,
+                                        steps, BLOCK_N, BLOCK_K, BLOCK_T)
+        store_tile(y, out_ptr, offs_t, offs_n, M, N)
+    u_lo, u_hi, tile, s_lo = streamk_range(p, per, units, steps)  # tile: from dp_tiles on
+    u = u_lo
+    while u < u_hi:
+        s_hi = tl.minimum(steps, s_lo + (u_hi - u))
+        offs_t, offs_n, y = dot_segment(x_ptr, w_ptr, M, N, K, stride_xm, stride_wn,
+                                        dp_tiles + tile, s_lo, s_hi, BLOCK_N, BLOCK_K, BLOCK_T)
+        store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile, s_lo, s_hi,
+                      u == u_lo, p, per, steps, BLOCK_T, BLOCK_N)
+        u += s_hi - s_lo
+        tile += 1
+        s_lo = 0
+
+
 def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | None = None,
                 config: dict | None = None) -> torch.Tensor:
     """``x [M, K]`` bf16 times ``weight [N, K]`` bf16, transposed, fp32 accumulation -> ``[M, N]``.
@@ -257,6 +307,11 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
         skinny_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
             *plan.schedule, **plan.options, **meta)
+        return _corrupt_if_asked(out, cfg)
+    if cfg["kernel"] == "dot_sk":
+        skinny_gemm_fwd_kernel_dot_sk[(plan.programs,)](
+            x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
+            *plan.schedule, BLOCK_T=plan.rows, **plan.options, **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
     # rows must start 16-byte aligned for the L2 prefetch (prefetch.py)

@@ -74,7 +74,7 @@ from specpilot.kernels.skinny_gemm.space import check_gemv_tile
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
 from specpilot.kernels.skinny_gemm.space import gemv_rows
-from specpilot.kernels.skinny_gemm.space import kernels_for as bf16_kernels_for
+from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.w12.format import block_pairs_for
 
@@ -318,12 +318,6 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["num_stages"] * stage > _SMEM_BUDGET:
             raise ValueError(f"dot pipeline needs {config['num_stages'] * stage} B of shared "
                              f"memory > {_SMEM_BUDGET}")
-
-
-def kernels_for(m: int) -> list[str]:
-    """Kernel families that can run M rows: the bf16 op's, and up to one token tile (M <= 64) the
-    stream-K swap-AB kernel."""
-    return [*bf16_kernels_for(m), *(["dot_sk"] if m <= 64 else [])]
 
 
 def token_tile(config: dict, m: int) -> int:

@@ -30,6 +30,12 @@ def streamk(bn=8, bk=16, programs=None):
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
+def dot_sk(bn=32, bk=16, programs=None):
+    cfg = {"kernel": "dot_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
+           "num_warps": 4, "num_stages": 2, "PDL": 0}
+    return cfg if programs is None else {**cfg, "_test_programs": programs}
+
+
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-bf16-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
@@ -57,6 +63,14 @@ CASES = [
     pytest.param(17, 67, 45, dot(bn=32, bk=16, split=3, prefetch=1),
                  id="M17-K67-N45-bf16-dot-split3-prefetch"),
     pytest.param(3, 10, 45, dot(prefetch=1), id="M3-K10-N45-bf16-dot-one-partial-step-prefetch"),
+    # The swap-AB kernel under stream-K: 2 row tiles x 5 K steps (the last masked). 1 slot: all
+    # data-parallel; 3: no round, 4 steps each (a range ending inside one tile and starting
+    # inside the next: both workspace slots); 264 (2 per SM): one step per program. 64 rows in
+    # one token tile.
+    pytest.param(5, 67, 45, dot_sk(programs=1), id="M5-K67-N45-bf16-dot-sk-1"),
+    pytest.param(5, 67, 45, dot_sk(programs=3), id="M5-K67-N45-bf16-dot-sk-spans-tiles"),
+    pytest.param(16, 67, 45, dot_sk(), id="M16-K67-N45-bf16-dot-sk-per-step"),
+    pytest.param(64, 67, 45, dot_sk(programs=3), id="M64-K67-N45-bf16-dot-sk-token-tile64"),
 ]
 
 
