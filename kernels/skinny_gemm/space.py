@@ -9,8 +9,9 @@ for a programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 f
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
 N side); "dot_sk": the swap-AB kernel under the stream-K schedule, M <= 64 (one token tile),
-``PROGRAMS_PER_SM`` as for "gemv_sk"), block sizes, ``SPLIT_K`` (deterministic split-K), ``K_STAGES`` (GEMV: its K loop
-software-pipelined through shared memory, that many steps in flight; 1 for none), ``num_warps``,
+``PROGRAMS_PER_SM`` as for "gemv_sk"), block sizes, ``SPLIT_K`` (deterministic split-K),
+``K_STAGES`` (GEMV: its K loop software-pipelined through shared memory, that many steps in
+flight; 1 for none), ``num_warps``,
 ``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait),
 ``L2_PREFETCH`` (gemv, dot: the weights of that many K steps after the first requested into L2
 before the PDL wait, :mod:`specpilot.kernels.common.prefetch`; 0 for none; GPU only; no gain
