@@ -1,4 +1,5 @@
-"""Stream-K scheduling for the M == 1 GEMVs: every program streams about as many K steps.
+"""Stream-K scheduling for the M == 1 GEMVs and the swap-AB kernels (M <= 64, one token tile):
+every program streams about as many K steps.
 
 Why: a GEMV program that owns whole tiles runs a serial chain of K steps. With one program per tile
 (or per tile and split) the grid is rarely a whole number of "waves" of resident programs, so the
@@ -28,6 +29,12 @@ the grid GEMVs on every decode shape of Qwen3.8-27B, bf16 and W12 alike, with th
 rounds too (W12 lm_head 484.7 vs 453.2 us, gate_up 76.8 vs 71.9 us): a program that loops over
 tiles streams less than fresh CTAs do, and that costs more than the tail it removes. The kernels
 stay in the tuning spaces (``gemv_sk``), one config in each SWEEP, so other GPUs measure them too.
+
+The swap-AB kernels (``dot_sk``) have the opposite profile: a few large tiles per SM rather than
+dozens of small ones. Nsight Compute on the H200 (results/h200-2026-12-01-w12-ncu.json) had the
+W12 grid kernel's 1088 gate_up tiles at 1.65 waves and its SMs idle 17% of the time at M = 4-16,
+and split-K down_proj idle 33%; their tiles here are ``[token tile, BLOCK_N]``
+(:func:`store_streamk`'s ``BLOCK_M`` rows).
 """
 
 import triton
