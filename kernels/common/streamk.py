@@ -63,12 +63,6 @@ def streamk_range(p, per, units, steps):
 
 
 @triton.jit
-def store_row(y, out_ptr, offs_n, N):
-    """A whole tile's ``y [1, BLOCK_N]`` to ``out[offs_n]`` (columns past ``N`` masked)."""
-    tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=offs_n[None, :] < N)
-
-
-@triton.jit
 def store_tile(y, out_ptr, offs_m, offs_n, M, N):
     """A whole tile's ``y [BLOCK_M, BLOCK_N]`` to rows ``offs_m``, columns ``offs_n`` of the
     contiguous ``out [M, N]`` (past M or N masked)."""

@@ -60,7 +60,6 @@ from specpilot.kernels.common.launch import plan_skinny
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
-from specpilot.kernels.common.streamk import store_row
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import store_tile
 from specpilot.kernels.common.streamk import streamk_range
@@ -326,7 +325,7 @@ def w12_gemm_fwd_kernel_gemv_sk(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_del
         offs_n, y = gemv_segment(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, M, N, K,
                                  K2, scale, tile, 0, steps, BLOCK_N, BLOCK_K, BR, BP, ASM,
                                  ESC_CHUNK)
-        store_row(y, out_ptr, offs_n, N)
+        store_tile(y, out_ptr, tl.arange(0, 1), offs_n, 1, N)
     u_lo, u_hi, tile, s_lo = streamk_range(p, per, units, steps)  # tile: from dp_tiles on
     u = u_lo
     while u < u_hi:
