@@ -14,6 +14,7 @@ import argparse
 import json
 from collections import Counter
 
+from specpilot.kernels.common.mma import mma_v2_compile
 from specpilot.kernels.common.sass import compile_sm90
 from specpilot.kernels.common.sass import disassemble
 from specpilot.kernels.common.sass import main_loop
@@ -27,7 +28,7 @@ PRESETS = {
     "dot": ("w12_gemm_fwd_kernel_dot",
             {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 512,
              "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "L2_PREFETCH": 0, "PREFETCH": True,
-             "PDL": True}, 2, 3),
+             "PDL": True, "MMA_V2": False}, 2, 3),
 }
 POINTERS = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
             "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
@@ -39,7 +40,9 @@ def cubin(kernel_name: str, constexprs: dict, num_warps: int, num_stages: int) -
     from specpilot.kernels.w12_gemm import triton as w12_gemm
 
     kernel = getattr(w12_gemm, kernel_name)
-    return compile_sm90(kernel, constexprs, num_warps, num_stages, POINTERS, ALIGNED).asm["cubin"]
+    with mma_v2_compile(bool(constexprs.get("MMA_V2"))):
+        return compile_sm90(kernel, constexprs, num_warps, num_stages, POINTERS,
+                            ALIGNED).asm["cubin"]
 
 
 def main() -> None:

@@ -15,7 +15,8 @@ flight; 1 for none), ``num_warps``,
 ``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait),
 ``L2_PREFETCH`` (gemv, dot: the weights of that many K steps after the first requested into L2
 before the PDL wait, :mod:`specpilot.kernels.common.prefetch`; 0 for none; GPU only; no gain
-on the H200, so in no SWEEP entry).
+on the H200, so in no SWEEP entry), ``MMA_V2`` (dot, dot_sk: 1 compiles the tile to ``mma.sync``
+where Triton would pick ``wgmma``, 4+ warps on sm_90: :mod:`specpilot.kernels.common.mma`).
 BLOCK_T is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K)
 and environment.
 """
@@ -57,6 +58,7 @@ PARAMS = {
         "num_stages": [2, 3, 4, 5],
         "PREFETCH": [0, 1],
         "L2_PREFETCH": L2_STEPS,
+        "MMA_V2": [0, 1],
     },
     "dot_sk": {
         "BLOCK_N": [32, 64, 128],
@@ -66,6 +68,7 @@ PARAMS = {
         "num_warps": [4, 8],
         "num_stages": [2, 3, 4, 5],
         "PDL": [0, 1],
+        "MMA_V2": [0, 1],
     },
 }
 
@@ -82,11 +85,12 @@ def configs() -> Iterator[dict]:
 
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
-            num_stages: int, k_stages: int = 1, prefetch: int = 0, l2: int = 0) -> dict:
+            num_stages: int, k_stages: int = 1, prefetch: int = 0, l2: int = 0,
+            mma_v2: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages} if kernel == "gemv"
-            else {**config, "PREFETCH": prefetch})
+            else {**config, "PREFETCH": prefetch, "MMA_V2": mma_v2})
 
 
 SWEEP = [
@@ -125,11 +129,19 @@ SWEEP = [
     _config("dot", 128, 64, 4, 8, 4),
     # The swap-AB kernel under stream-K at about the programs per SM its shared memory allows:
     # Nsight Compute on the H200 had this kernel's SMs busy 89% of the time at M = 16 on gate_up
-    # (results/h200-2026-12-01-w12-ncu.json), where cuBLAS was 2% faster. Unmeasured.
+    # (results/h200-2026-12-01-w12-ncu.json), where cuBLAS was 2% faster. It won gate_up
+    # at M = 4-16, still 1-3% behind cuBLAS (results/h200-2026-12-02-kernels-dot-sk.json).
     {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
-     "num_warps": 4, "num_stages": 4, "PDL": 0},
+     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0},
     {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 64, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
-     "num_warps": 4, "num_stages": 4, "PDL": 0},
+     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0},
+    # The swap-AB kernel on mma.sync instead of wgmma (kernels/common/mma.py): the winners of an
+    # H200 probe over 64 x 4 and 128 x 8 tiles, K steps 64-256, 3-4 stages at M = 4-16
+    # (results/h200-2026-12-02-mma-v2-probe-bf16.json).
+    _config("dot", 64, 64, 1, 4, 3, mma_v2=1),
+    _config("dot", 64, 128, 1, 4, 3, mma_v2=1),
+    _config("dot", 64, 256, 1, 4, 4, mma_v2=1),
+    _config("dot", 128, 128, 1, 8, 4, mma_v2=1),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
@@ -141,7 +153,8 @@ SWEEP = [
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
 ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "L2_PREFETCH": 0},
-                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0}}
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0},
+                  "dot_sk": {"MMA_V2": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
@@ -219,7 +232,8 @@ def check_gemv_tile(config: dict, m: int) -> None:
 
 # Parameters whose value must be one of their listed choices (0 means "off", for BLOCK_T "M
 # decides").
-CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH", "BLOCK_T")
+CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH", "BLOCK_T",
+               "MMA_V2")
 
 
 def check_param(name: str, value, choices: list) -> None:

@@ -19,6 +19,7 @@ from triton.language.extra.cuda import gdc_wait
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.mma import mma_v2_compile
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
@@ -190,11 +191,13 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
                                stride_wn, k_per_split, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
                                SPLIT_K: tl.constexpr, PREFETCH: tl.constexpr,
-                               L2_PREFETCH: tl.constexpr, PDL: tl.constexpr):
+                               L2_PREFETCH: tl.constexpr, PDL: tl.constexpr,
+                               MMA_V2: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``x [M, K]``, ``w [N, K]`` -> ``out [M, N]``.
     ``PREFETCH``: the first K step's weight tile loads before :func:`pdl_start`, as in the GEMV
     (bit-identical result); ``L2_PREFETCH``: the next steps' weights are requested into L2 there
-    (by the first token tile's programs)."""
+    (by the first token tile's programs). ``MMA_V2`` only keys the compile
+    (:mod:`specpilot.kernels.common.mma`)."""
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -249,12 +252,12 @@ def dot_segment(x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, tile, s_lo, s_hi,
 def skinny_gemm_fwd_kernel_dot_sk(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K, stride_xm,
                                   stride_wn, steps, dp_tiles, units, per, BLOCK_N: tl.constexpr,
                                   BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                                  PDL: tl.constexpr):
+                                  PDL: tl.constexpr, MMA_V2: tl.constexpr):
     """M <= BLOCK_T, the swap-AB kernel under data-parallel rounds then stream-K
     (:mod:`specpilot.kernels.common.streamk`): grid (P,); program p takes whole row tiles p, p +
     P, ... below ``dp_tiles``, then K-step units ``[p*per, (p+1)*per)`` of the ``units`` of the
     remaining tiles. ``PDL``: a programmatic dependent launch, waiting before any read or
-    write."""
+    write. ``MMA_V2`` only keys the compile (:mod:`specpilot.kernels.common.mma`)."""
     p = tl.program_id(0)
     if PDL:
         gdc_wait()
@@ -308,9 +311,11 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
             *plan.schedule, **plan.options, **meta)
         return _corrupt_if_asked(out, cfg)
     if cfg["kernel"] == "dot_sk":
-        skinny_gemm_fwd_kernel_dot_sk[(plan.programs,)](
-            x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
-            *plan.schedule, BLOCK_T=plan.rows, **plan.options, **meta)
+        with mma_v2_compile(cfg["MMA_V2"]):
+            skinny_gemm_fwd_kernel_dot_sk[(plan.programs,)](
+                x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0),
+                weight.stride(0), *plan.schedule, BLOCK_T=plan.rows, MMA_V2=bool(cfg["MMA_V2"]),
+                **plan.options, **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
     # rows must start 16-byte aligned for the L2 prefetch (prefetch.py)
@@ -322,10 +327,12 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
             plan.k_per_split, BLOCK_M=space.gemv_rows(m), K_STAGES=cfg["K_STAGES"], **meta,
             **pdl_launch(x.device))
     else:
-        skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
-            x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0), weight.stride(0),
-            plan.k_per_split, BLOCK_T=plan.block_t, PREFETCH=bool(cfg["PREFETCH"]), **meta,
-            **pdl_launch(x.device))
+        with mma_v2_compile(cfg["MMA_V2"]):
+            skinny_gemm_fwd_kernel_dot[(plan.grid_n, plan.grid_t, plan.splits)](
+                x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0),
+                weight.stride(0), plan.k_per_split, BLOCK_T=plan.block_t,
+                PREFETCH=bool(cfg["PREFETCH"]), MMA_V2=bool(cfg["MMA_V2"]), **meta,
+                **pdl_launch(x.device))
     return _corrupt_if_asked(out, cfg)
 
 

@@ -16,6 +16,8 @@ down_proj and out_proj in run 10 and gate_up in run 12, and lost elsewhere
 under the previous kernel's tail, as the M = 1 GEMV always does (H200 runs 20-23,
 results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR decode ran at
 1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19; the swap-AB kernels' is unmeasured).
+``MMA_V2`` (swap-AB kernel, 1: ``mma.sync`` also for tiles of 4+ warps, where Triton would
+emit ``wgmma`` on sm_90, :mod:`specpilot.kernels.common.mma`).
 ``L2_PREFETCH`` (GEMV and swap-AB kernel; 0: off, GPU only) requests the planes' blocks of that
 many K steps after the first into L2 before the PDL wait
 (:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends;
@@ -118,13 +120,14 @@ PARAMS = {
         "PREFETCH": [0, 1],
         "L2_PREFETCH": L2_STEPS,
         "BLOCK_T": [0, 16, 32],
+        "MMA_V2": [0, 1],
     },
     "dot_sk": {
-        "BLOCK_N": [16, 32, 64],
+        "BLOCK_N": [16, 32, 64, 128],
         "BLOCK_K": [64, 128, 256],
         "PROGRAMS_PER_SM": [1, 2, 3, 4, 5, 6, 8, 10, 12, 16],
         "MAX_REGS": [0, 96, 128],
-        "num_warps": [1, 2, 4],
+        "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4],
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4],
@@ -147,12 +150,13 @@ def configs() -> Iterator[dict]:
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
             num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1,
-            esc_early: int = 0, prefetch: int = 0, l2: int = 0, block_t: int = 0) -> dict:
+            esc_early: int = 0, prefetch: int = 0, l2: int = 0, block_t: int = 0,
+            mma_v2: int = 0) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
               "ESC_CHUNK": esc_chunk, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
-            else {**config, "PREFETCH": prefetch, "BLOCK_T": block_t})
+            else {**config, "PREFETCH": prefetch, "BLOCK_T": block_t, "MMA_V2": mma_v2})
 
 
 def _dot_sk(block_n: int, block_k: int, num_warps: int, num_stages: int,
@@ -251,6 +255,11 @@ SWEEP = [
     _config("dot", 32, 128, 4, 2, 3, "prmt", block_t=16),
     _config("dot", 32, 64, 1, 2, 4, "prmt", block_t=32),
     _config("dot", 64, 64, 1, 2, 4, "prmt", block_t=16),
+    # 64-row tiles on 4 warps kept on mma.sync (MMA_V2, kernels/common/mma.py; on wgmma they decode
+    # slower): within -3%..+4% of 32 x 2 in an H200 probe at M = 4-16, ahead on gate_up, gdn_in
+    # and mg_gate_up by 1-3% (results/h200-2026-12-02-mma-v2-probe-w12.json).
+    _config("dot", 64, 128, 1, 4, 2, "prmt", mma_v2=1),
+    _config("dot", 64, 128, 2, 4, 2, "prmt", mma_v2=1),
     # One stream-K GEMV, so every sweep re-measures it. On the H200 it lost to the grid GEMV on
     # every shape in runs 6-8 (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json), at 7, 8 and 9
     # programs per SM (MAX_REGS 56), pure stream-K and with data-parallel rounds, PDL on and off:
@@ -261,7 +270,10 @@ SWEEP = [
     # shared memory allows on sm_90 (40 KB per program at 32 x 128 and 3 stages: 5). Nsight
     # Compute on the H200 (results/h200-2026-12-01-w12-ncu.json): the grid kernel keeps its SMs
     # busy 83% of the time at M = 4-16 (the GEMV 93%), its 1088 gate_up tiles being 1.65 waves,
-    # and split-K down_proj 67%. Unmeasured.
+    # and split-K down_proj 67%. Measured (results/h200-2026-12-02-kernels-dot-sk.json,
+    # ...-w12-ncu-streamk.json): one full wave, but slower than the grid kernel on all shapes but
+    # gdn_in at M = 8-16 (gate_up M = 4: 86.2 vs 81.3 us under ncu), at 168 registers instead of
+    # 96; kept so that every sweep re-measures them.
     _dot_sk(32, 128, 2, 3, 5),
     _dot_sk(32, 128, 2, 3, 4),
     _dot_sk(32, 256, 2, 2, 5),
@@ -272,7 +284,7 @@ SWEEP = [
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
 ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0},
-                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "BLOCK_T": 0}}
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "BLOCK_T": 0, "MMA_V2": 0}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2; the swap-AB kernel's row tiles are axis 1

@@ -57,6 +57,7 @@ from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_acc
 from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import plan_skinny
+from specpilot.kernels.common.mma import mma_v2_compile
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
@@ -378,7 +379,7 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
                             SPLIT_K: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
                             ASM: tl.constexpr, X_F32: tl.constexpr, ESC_CHUNK: tl.constexpr,
                             PREFETCH: tl.constexpr, L2_PREFETCH: tl.constexpr,
-                            PDL: tl.constexpr):
+                            PDL: tl.constexpr, MMA_V2: tl.constexpr):
     """Grid (M / BLOCK_T, N / BLOCK_N, SPLIT_K); ``x [M, K]``, W12 ``[N, K]`` -> ``[M, N]``.
 
     The token tiles of one weight tile are neighbours in launch order, so where M spans several
@@ -386,7 +387,8 @@ def w12_gemm_fwd_kernel_dot(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_p
     decodes them itself, in registers sized for its own BLOCK_T tokens.
 
     With ``num_warps * 16 == BLOCK_N`` (1 or 2 warps) Triton emits ``mma.sync`` with the decoded
-    tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``.
+    tile as the A operand in registers; with 4+ warps and ``BLOCK_N >= 64`` it emits ``wgmma``,
+    unless ``MMA_V2`` (:mod:`specpilot.kernels.common.mma`) asks for ``mma.sync`` there too.
     ``PREFETCH``: the first K step's weight tiles load before :func:`pdl_start`, as in the GEMV
     (same products in the same order: the result is bit-identical either way); ``L2_PREFETCH``:
     the next steps' blocks are requested into L2 there (by the first token tile's programs).
@@ -559,10 +561,12 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
             ESC_EARLY=m == 1 and esc_early(cfg, plan, k2), L2_PREFETCH=l2, **meta,
             **pdl_launch(x.device))
     else:
-        w12_gemm_fwd_kernel_dot[(plan.grid_t, plan.grid_n, plan.splits)](
-            x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
-            plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits,
-            PREFETCH=bool(cfg["PREFETCH"]), L2_PREFETCH=l2, **meta, **pdl_launch(x.device))
+        with mma_v2_compile(cfg["MMA_V2"]):
+            w12_gemm_fwd_kernel_dot[(plan.grid_t, plan.grid_n, plan.splits)](
+                x, *planes, out, plan.workspace, plan.locks, m, n, k, k2, x.stride(0), scale,
+                plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits,
+                PREFETCH=bool(cfg["PREFETCH"]), L2_PREFETCH=l2, MMA_V2=bool(cfg["MMA_V2"]),
+                **meta, **pdl_launch(x.device))
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

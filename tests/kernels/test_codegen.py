@@ -89,9 +89,12 @@ def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stag
     from specpilot.kernels.common.sass import compile_sm90
     from specpilot.kernels.common.sass import disassemble
 
+    from specpilot.kernels.common.mma import mma_v2_compile
+
     kernel = getattr(importlib.import_module(f"specpilot.kernels.{op}.triton"), kernel_name)
-    compiled = compile_sm90(kernel, json.loads(constexprs_json), num_warps, num_stages, POINTERS,
-                            ALIGNED)
+    constexprs = json.loads(constexprs_json)
+    with mma_v2_compile(bool(constexprs.get("MMA_V2"))):  # as the launchers compile it
+        compiled = compile_sm90(kernel, constexprs, num_warps, num_stages, POINTERS, ALIGNED)
     if what == "sass":
         return "\n".join(disassemble(compiled.asm["cubin"]))
     return compiled.asm["ptx"]
@@ -117,7 +120,7 @@ def weight_loads(code: str) -> Counter:
 
 # the mma.sync swap-AB kernel (BLOCK_N = 16 x 2 warps)
 W12_DOT = {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "BR": 4, "BP": 256,
-           "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "L2_PREFETCH": 0}
+           "ASM": True, "X_F32": False, "ESC_CHUNK": 1, "L2_PREFETCH": 0, "MMA_V2": False}
 
 
 @pytest.mark.parametrize("kernel, constexprs, num_warps, num_stages", [
@@ -146,7 +149,23 @@ def test_weight_loads_are_16_byte_vectors(kernel, constexprs, num_warps, num_sta
 GEMV = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "K_STAGES": 1, "PDL": True,
         "L2_PREFETCH": 0, "BLOCK_M": 1}
 BF16_DOT = {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PREFETCH": True,
-            "PDL": True, "L2_PREFETCH": 0}
+            "PDL": True, "L2_PREFETCH": 0, "MMA_V2": False}
+
+
+@pytest.mark.parametrize("op, kernel, constexprs, num_warps", [
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot", BF16_DOT, 4, id="bf16-64x4"),
+    pytest.param("skinny_gemm", "skinny_gemm_fwd_kernel_dot", {**BF16_DOT, "BLOCK_N": 128}, 8,
+                 id="bf16-128x8"),
+    pytest.param("w12_gemm", "w12_gemm_fwd_kernel_dot",
+                 {**W12_DOT, "BLOCK_N": 64, "PREFETCH": False}, 4, id="w12-64x4"),
+])
+def test_mma_v2_compiles_to_mma_sync_instead_of_wgmma(op, kernel, constexprs, num_warps):
+    """``MMA_V2`` (:mod:`specpilot.kernels.common.mma`): a tile of 4+ warps compiles to ``wgmma``
+    without it and to ``mma.sync`` with it."""
+    v3 = ptx(kernel, {**constexprs, "MMA_V2": False}, num_warps, 3, op)
+    v2 = ptx(kernel, {**constexprs, "MMA_V2": True}, num_warps, 3, op)
+    assert "wgmma.mma_async" in v3 and "mma.sync" not in v3
+    assert "mma.sync.aligned" in v2 and "wgmma" not in v2
 
 
 @pytest.mark.parametrize("op, kernel, constexprs", [

@@ -19,9 +19,9 @@ def gemv(bn=16, bk=32, split=1, k_stages=1):
             "num_stages": 1, "K_STAGES": k_stages, "L2_PREFETCH": 0}
 
 
-def dot(bn=16, bk=16, split=1, prefetch=0):
+def dot(bn=16, bk=16, split=1, prefetch=0, mma_v2=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
-            "num_stages": 2, "PREFETCH": prefetch, "L2_PREFETCH": 0}
+            "num_stages": 2, "PREFETCH": prefetch, "L2_PREFETCH": 0, "MMA_V2": mma_v2}
 
 
 def streamk(bn=8, bk=16, programs=None):
@@ -32,7 +32,7 @@ def streamk(bn=8, bk=16, programs=None):
 
 def dot_sk(bn=32, bk=16, programs=None):
     cfg = {"kernel": "dot_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
-           "num_warps": 4, "num_stages": 2, "PDL": 0}
+           "num_warps": 4, "num_stages": 2, "PDL": 0, "MMA_V2": 0}
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
@@ -41,6 +41,7 @@ CASES = [
     pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
     pytest.param(1, 200, 45, gemv(bn=8, bk=16, k_stages=3), id="M1-K200-N45-bf16-gemv-pipelined"),
     pytest.param(1, 67, 45, dot(), id="M1-K67-N45-bf16-dot"),
+    pytest.param(5, 67, 45, dot(mma_v2=1), id="M5-K67-N45-bf16-dot-mma-v2"),
     # Stream-K, 6 tiles x 5 K steps (the last one masked): one program per step; 4 slots (a
     # data-parallel round, then 2 tiles shared: both workspace slots); 7 (each program one whole
     # tile); 11 (no round, 2-3 partials per tile); 1 (all data-parallel).

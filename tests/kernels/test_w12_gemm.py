@@ -24,10 +24,10 @@ def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1, early=1):
             "ESC_EARLY": early, "L2_PREFETCH": 0}
 
 
-def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0, block_t=0):
+def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0, block_t=0, mma_v2=0):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
             "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch,
-            "L2_PREFETCH": 0, "BLOCK_T": block_t}
+            "L2_PREFETCH": 0, "BLOCK_T": block_t, "MMA_V2": mma_v2}
 
 
 def streamk(bn=8, bk=16, programs=None, esc=1):
@@ -78,6 +78,7 @@ CASES = [
     pytest.param(1, 200, 40, streamk(programs=2), id="M1-K200-N40-w12-streamk-rounds"),
     pytest.param(1, 200, 40, streamk(programs=3), id="M1-K200-N40-w12-streamk-round-shared"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
+    pytest.param(3, 67, 45, dot(mma_v2=1), id="M3-K67-N45-w12-dot-mma-v2"),
     # the GEMV for 2 rows (each weight decoded once for both), split
     # across pair blocks with escapes on split 0, pipelined; ESC_EARLY is for M == 1 only
     pytest.param(2, 1152, 45, gemv(bn=8, bk=64, split=4), id="M2-K1152-N45-w12-gemv-rows-split4"),
