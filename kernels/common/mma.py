@@ -7,8 +7,11 @@ work is small either way; what differs is the data path around it. In an H200 pr
 swap-AB kernel compiled to ``mma.sync`` on 4-8 warps ran gate_up (K 5120, N 34816) at M = 4-16 in
 85.9-86.8 us, where the sweep of the same day (another machine start) had its ``wgmma`` tiles at
 88.0-89.1 and cuBLAS at 86.5-87.6 (results/h200-2026-12-02-mma-v2-probe-bf16.json); a config's
-``MMA_V2: 1`` asks for it, and the sweep measures both side by side. Before sm_90 there is no
-``wgmma`` and the flag changes nothing.
+``MMA_V2: 1`` asks for it. In the next sweep, with both in it side by side, mma.sync tiles won 20
+of the 30 rows at M = 2-16 that the bf16 swap-AB kernel won, and Triton was no slower than cuBLAS
+on 37 of 40 rows at M = 1-16 (32 of 40 on the same day without them;
+results/h200-2026-12-02-kernels-mma-v2.json and ...-kernels-dot-sk.json). Before sm_90 there is
+no ``wgmma`` and the flag changes nothing.
 
 Triton 3.6 has no per-kernel option for it: its compiler reads the ``DISABLE_MMA_V3``
 environment variable at every compile (and hashes it into the on-disk cache key). So

@@ -143,16 +143,12 @@ SWEEP = [
     _config("dot", 64, 256, 1, 4, 4, mma_v2=1),
     _config("dot", 128, 128, 1, 8, 4, mma_v2=1),
     # In the first sweep with them (results/h200-2026-12-02-kernels-mma-v2.json) mma.sync tiles
-    # won 18 of the 32 swap-AB rows at M = 2-16; cuBLAS still won gdn_out (N = 5120: 80 tiles of
-    # 64 rows for 132 SMs) at M = 4-16 by 1-3%. Split K on mma.sync for the narrow shapes, and
-    # the M = 32-64 tiles on mma.sync: unmeasured.
-    _config("dot", 64, 128, 2, 4, 4, mma_v2=1),
-    _config("dot", 64, 256, 2, 4, 4, mma_v2=1),
+    # won 20 of the 30 swap-AB rows at M = 2-16; cuBLAS still won gdn_out (N = 5120: 80 tiles of
+    # 64 rows for 132 SMs) at M = 4-16 by 1-3%. Split K on mma.sync: of 64 x 128 and 64 x 256
+    # with 2 splits, 64 x 64 with 4, 64 x 64 and 128 x 64 unsplit, and stream-K 64 x 128, only
+    # this one won a row (down_proj at M = 32), and none gdn_out
+    # (results/h200-2026-12-02-kernels-mma-v2-splitk.json).
     _config("dot", 64, 64, 4, 4, 4, mma_v2=1),
-    _config("dot", 64, 64, 1, 4, 4, mma_v2=1),
-    _config("dot", 128, 64, 1, 8, 4, mma_v2=1),
-    {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
-     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 1},
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
