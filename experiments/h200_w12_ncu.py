@@ -41,11 +41,13 @@ _GEMV = {"kernel": "gemv", "SPLIT_K": 1, "num_stages": 3, "DECODE": "prmt", "ESC
          "L2_PREFETCH": 0, "ESC_EARLY": 1}
 _DOT = {"kernel": "dot", "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2,
         "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 1, "L2_PREFETCH": 0, "PREFETCH": 0,
-        "BLOCK_T": 0, "MMA_V2": 0}
+        "BLOCK_T": 0, "MMA_V2": 0, "BLOCK_T_MIN": 16}
 _DOT_SK = {"kernel": "dot_sk", "BLOCK_N": 32, "BLOCK_K": 128, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
-           "num_warps": 2, "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": 0}
+           "num_warps": 2, "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": 0,
+           "BLOCK_T_MIN": 16}
 _BF16_DOT = {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
-             "num_stages": 4, "L2_PREFETCH": 0, "PREFETCH": 0, "MMA_V2": 0}
+             "num_stages": 4, "L2_PREFETCH": 0, "PREFETCH": 0, "MMA_V2": 0,
+             "BLOCK_T_MIN": 16}
 
 # label: (shape, M, op, config)
 CASES = {

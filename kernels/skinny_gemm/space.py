@@ -16,9 +16,12 @@ flight; 1 for none), ``num_warps``,
 ``L2_PREFETCH`` (gemv, dot: the weights of that many K steps after the first requested into L2
 before the PDL wait, :mod:`specpilot.kernels.common.prefetch`; 0 for none; GPU only; no gain
 on the H200, so in no SWEEP entry), ``MMA_V2`` (dot, dot_sk: 1 compiles the tile to ``mma.sync``
-where Triton would pick ``wgmma``, 4+ warps on sm_90: :mod:`specpilot.kernels.common.mma`).
-BLOCK_T is derived from M, never tuned. Tuned configs are cached per ``KEY`` = (M bucket, N, K)
-and environment.
+where Triton would pick ``wgmma``, 4+ warps on sm_90: :mod:`specpilot.kernels.common.mma`),
+``BLOCK_T_MIN`` (dot, dot_sk: the token tile BLOCK_T is M padded to a power of two, at least
+this; Triton's ``tl.dot`` takes N below 16, so 8 or 4 tokens at M <= 8 halve or quarter the x
+tiles in shared memory and the MMAs of the 16-token tile). BLOCK_T is derived from M (and
+``BLOCK_T_MIN``), never tuned itself. Tuned configs are cached per ``KEY`` = (M bucket, N, K) and
+environment.
 """
 
 import itertools
@@ -59,6 +62,7 @@ PARAMS = {
         "PREFETCH": [0, 1],
         "L2_PREFETCH": L2_STEPS,
         "MMA_V2": [0, 1],
+        "BLOCK_T_MIN": [16, 8, 4],
     },
     "dot_sk": {
         "BLOCK_N": [32, 64, 128],
@@ -69,6 +73,7 @@ PARAMS = {
         "num_stages": [2, 3, 4, 5],
         "PDL": [0, 1],
         "MMA_V2": [0, 1],
+        "BLOCK_T_MIN": [16, 8, 4],
     },
 }
 
@@ -86,11 +91,11 @@ def configs() -> Iterator[dict]:
 
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
             num_stages: int, k_stages: int = 1, prefetch: int = 0, l2: int = 0,
-            mma_v2: int = 0) -> dict:
+            mma_v2: int = 0, t_min: int = 16) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages} if kernel == "gemv"
-            else {**config, "PREFETCH": prefetch, "MMA_V2": mma_v2})
+            else {**config, "PREFETCH": prefetch, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min})
 
 
 SWEEP = [
@@ -132,9 +137,11 @@ SWEEP = [
     # (results/h200-2026-12-01-w12-ncu.json), where cuBLAS was 2% faster. It won gate_up
     # at M = 4-16, still 1-3% behind cuBLAS (results/h200-2026-12-02-kernels-dot-sk.json).
     {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
-     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0},
+     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0,
+     "BLOCK_T_MIN": 16},
     {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 64, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
-     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0},
+     "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0,
+     "BLOCK_T_MIN": 16},
     # The swap-AB kernel on mma.sync instead of wgmma (kernels/common/mma.py): the winners of an
     # H200 probe over 64 x 4 and 128 x 8 tiles, K steps 64-256, 3-4 stages at M = 4-16
     # (results/h200-2026-12-02-mma-v2-probe-bf16.json).
@@ -149,6 +156,13 @@ SWEEP = [
     # this one won a row (down_proj at M = 32), and none gdn_out
     # (results/h200-2026-12-02-kernels-mma-v2-splitk.json).
     _config("dot", 64, 64, 4, 4, 4, mma_v2=1),
+    # The token tile of 8 for M <= 8 (BLOCK_T_MIN; refused at M >= 16) on the M = 4-8 winners:
+    # half the x tiles and MMAs of the 16-token tile. Unmeasured.
+    _config("dot", 64, 64, 1, 4, 3, mma_v2=1, t_min=8),
+    _config("dot", 128, 128, 1, 8, 4, mma_v2=1, t_min=8),
+    _config("dot", 64, 256, 1, 4, 4, mma_v2=1, t_min=8),
+    _config("dot", 64, 128, 1, 4, 4, t_min=8),
+    _config("dot", 64, 64, 4, 4, 4, t_min=8),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
@@ -160,8 +174,8 @@ SWEEP = [
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
 ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "L2_PREFETCH": 0},
-                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0},
-                  "dot_sk": {"MMA_V2": 0}}
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0, "BLOCK_T_MIN": 16},
+                  "dot_sk": {"MMA_V2": 0, "BLOCK_T_MIN": 16}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
@@ -172,14 +186,23 @@ def m_bucket(m: int) -> int:
     return next_pow2(m) if m <= 64 else cdiv(m, 64) * 64
 
 
-def block_t(m: int) -> int:
-    """Token tile of the swap-AB kernel: M padded to a power of two in [16 (MMA N), 64]."""
-    return max(16, min(64, next_pow2(m)))
+def block_t(m: int, least: int = 16) -> int:
+    """Token tile of the swap-AB kernel: M padded to a power of two in [least, 64]."""
+    return max(least, min(64, next_pow2(m)))
 
 
 def token_tile(config: dict, m: int) -> int:
-    """The swap-AB kernel's token tile for ``config`` at M: :func:`block_t` (not tuned here)."""
-    return block_t(m)
+    """The swap-AB kernel's token tile for ``config`` at M: :func:`block_t` with the config's
+    ``BLOCK_T_MIN`` (16 for configs from before it)."""
+    return block_t(m, config.get("BLOCK_T_MIN", 16))
+
+
+def check_t_min(config: dict, m: int) -> None:
+    """``BLOCK_T_MIN`` below 16 pads only M below 16: elsewhere the config would repeat its 16
+    twin, so it is refused (the sweep skips it, as it skips a ``BLOCK_T`` that splits no M)."""
+    if config["BLOCK_T_MIN"] < 16 <= next_pow2(m):
+        raise ValueError(f"BLOCK_T_MIN={config['BLOCK_T_MIN']} pads only M below 16, not M={m}: "
+                         "16 says that")
 
 
 GEMV_MAX_M = 2  # the GEMV takes up to this many rows (each weight loaded once for both)
@@ -222,7 +245,9 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     else:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
-        smem = config["num_stages"] * (config["BLOCK_N"] + block_t(m)) * config["BLOCK_K"] * 2
+        check_t_min(config, m)
+        smem = (config["num_stages"] * (config["BLOCK_N"] + token_tile(config, m))
+                * config["BLOCK_K"] * 2)
         if smem > _SMEM_BUDGET:
             raise ValueError(f"dot pipeline needs {smem} B of shared memory > {_SMEM_BUDGET}")
 
@@ -240,7 +265,7 @@ def check_gemv_tile(config: dict, m: int) -> None:
 # Parameters whose value must be one of their listed choices (0 means "off", for BLOCK_T "M
 # decides").
 CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH", "BLOCK_T",
-               "MMA_V2")
+               "MMA_V2", "BLOCK_T_MIN")
 
 
 def check_param(name: str, value, choices: list) -> None:

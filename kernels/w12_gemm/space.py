@@ -18,6 +18,13 @@ results/h200-2026-12-01-w12-ar-run2*.json: with the GEMVs' prefetch, W12 AR deco
 1.250-1.263x over cuBLAS, against 1.219-1.244x in runs 17-19; the swap-AB kernels' is unmeasured).
 ``MMA_V2`` (swap-AB kernel, 1: ``mma.sync`` also for tiles of 4+ warps, where Triton would
 emit ``wgmma`` on sm_90, :mod:`specpilot.kernels.common.mma`).
+``BLOCK_T_MIN`` (swap-AB kernels: M is padded to a power of two at least this, 16 before it
+existed) lets M <= 8 run on a token tile of 8 or 4. Why: in the 32 x 128-pair, 3-stage kernel the
+two x tiles of 16 tokens take 16 of its 40 KB of shared memory, which bounds it to 5 programs
+per SM on the H200 (results/h200-2026-12-02-w12-ncu-streamk.json). For sm_90a (ptxas, no GPU
+needed) a tile of 8 tokens compiles to 32 KB and 67 registers (16: 40 KB, 96) and 2.43 SASS
+instructions per weight in the K loop (2.98), half the HMMAs; 4 tokens: 28 KB, 63, 2.35.
+Unmeasured on the GPU.
 ``L2_PREFETCH`` (GEMV and swap-AB kernel; 0: off, GPU only) requests the planes' blocks of that
 many K steps after the first into L2 before the PDL wait
 (:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends;
@@ -75,6 +82,7 @@ from specpilot.kernels.skinny_gemm.space import block_t
 from specpilot.kernels.skinny_gemm.space import check_gemv_tile
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
+from specpilot.kernels.skinny_gemm.space import check_t_min
 from specpilot.kernels.skinny_gemm.space import gemv_rows
 from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
@@ -121,6 +129,7 @@ PARAMS = {
         "L2_PREFETCH": L2_STEPS,
         "BLOCK_T": [0, 16, 32],
         "MMA_V2": [0, 1],
+        "BLOCK_T_MIN": [16, 8, 4],
     },
     "dot_sk": {
         "BLOCK_N": [16, 32, 64, 128],
@@ -132,6 +141,7 @@ PARAMS = {
         "DECODE": ["int", "prmt"],
         "ESC_CHUNK": [1, 2, 4],
         "PDL": [0, 1],
+        "BLOCK_T_MIN": [16, 8, 4],
     },
 }
 
@@ -151,19 +161,21 @@ def configs() -> Iterator[dict]:
 def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: int,
             num_stages: int, decode: str, esc_chunk: int = 1, k_stages: int = 1,
             esc_early: int = 0, prefetch: int = 0, l2: int = 0, block_t: int = 0,
-            mma_v2: int = 0) -> dict:
+            mma_v2: int = 0, t_min: int = 16) -> dict:
     config = {"kernel": kernel, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
               "num_warps": num_warps, "num_stages": num_stages, "DECODE": decode,
               "ESC_CHUNK": esc_chunk, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages, "ESC_EARLY": esc_early} if kernel == "gemv"
-            else {**config, "PREFETCH": prefetch, "BLOCK_T": block_t, "MMA_V2": mma_v2})
+            else {**config, "PREFETCH": prefetch, "BLOCK_T": block_t, "MMA_V2": mma_v2,
+                  "BLOCK_T_MIN": t_min})
 
 
 def _dot_sk(block_n: int, block_k: int, num_warps: int, num_stages: int,
             programs_per_sm: int) -> dict:
     return {"kernel": "dot_sk", "BLOCK_N": block_n, "BLOCK_K": block_k,
             "PROGRAMS_PER_SM": programs_per_sm, "MAX_REGS": 0, "num_warps": num_warps,
-            "num_stages": num_stages, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": 0}
+            "num_stages": num_stages, "DECODE": "prmt", "ESC_CHUNK": 1, "PDL": 0,
+            "BLOCK_T_MIN": 16}
 
 
 def _streamk(block_n: int, block_k: int, programs_per_sm: int, num_warps: int, max_regs: int,
@@ -260,6 +272,16 @@ SWEEP = [
     # and mg_gate_up by 1-3% (results/h200-2026-12-02-mma-v2-probe-w12.json).
     _config("dot", 64, 128, 1, 4, 2, "prmt", mma_v2=1),
     _config("dot", 64, 128, 2, 4, 2, "prmt", mma_v2=1),
+    # Token tiles of 8 and 4 for M <= 8 (BLOCK_T_MIN; refused at M >= 16), on the winners at
+    # M = 4-8 of the sweeps so far: unmeasured.
+    _config("dot", 32, 128, 1, 2, 3, "prmt", t_min=8),
+    _config("dot", 32, 128, 1, 2, 3, "prmt", t_min=4),
+    _config("dot", 32, 256, 1, 2, 2, "prmt", t_min=8),
+    _config("dot", 32, 256, 1, 2, 3, "prmt", t_min=8),
+    _config("dot", 32, 128, 2, 2, 3, "prmt", t_min=8),
+    _config("dot", 32, 128, 4, 2, 4, "prmt", t_min=8),
+    _config("dot", 16, 128, 1, 1, 3, "prmt", t_min=8),
+    _config("dot", 64, 128, 1, 4, 2, "prmt", mma_v2=1, t_min=8),
     # One stream-K GEMV, so every sweep re-measures it. On the H200 it lost to the grid GEMV on
     # every shape in runs 6-8 (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json), at 7, 8 and 9
     # programs per SM (MAX_REGS 56), pure stream-K and with data-parallel rounds, PDL on and off:
@@ -284,7 +306,9 @@ SWEEP = [
 # (the tuned cache and committed results complete older configs with these:
 # kernels.tuning.ops.complete_config).
 ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0},
-                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "BLOCK_T": 0, "MMA_V2": 0}}
+                  "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "BLOCK_T": 0, "MMA_V2": 0,
+                          "BLOCK_T_MIN": 16},
+                  "dot_sk": {"BLOCK_T_MIN": 16}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2; the swap-AB kernel's row tiles are axis 1
@@ -318,6 +342,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     else:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
+        check_t_min(config, m)
         if config.get("BLOCK_T", 0) >= block_t(m):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} does not split M={m} (one tile of "
                              f"{block_t(m)} tokens covers it): 0 says that")
@@ -334,8 +359,8 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 def token_tile(config: dict, m: int) -> int:
     """The swap-AB kernel's token tile: ``BLOCK_T``, or with 0 M padded to a power of two in
-    [16, 64] (:func:`block_t`)."""
-    return config.get("BLOCK_T") or block_t(m)
+    [``BLOCK_T_MIN``, 64] (:func:`block_t`)."""
+    return config.get("BLOCK_T") or block_t(m, config.get("BLOCK_T_MIN", 16))
 
 
 def _split_for(num_tiles: int, k_iters: int, num_sms: int, ctas_per_sm: int) -> int:

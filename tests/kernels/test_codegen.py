@@ -249,6 +249,10 @@ def test_l2_prefetch_is_one_thread_per_run_before_the_pdl_wait(op, kernel, const
     # the mma.sync swap-AB kernel: 2.96 (4.96 with bit layout 1)
     pytest.param("w12_gemm_fwd_kernel_dot", {**W12_DOT, "BP": 512, "PREFETCH": True, "PDL": True},
                  2, 3.3, id="dot"),
+    # on a token tile of 8 (BLOCK_T_MIN 8 at M <= 8): 2.43, half the HMMAs and x loads
+    pytest.param("w12_gemm_fwd_kernel_dot",
+                 {**W12_DOT, "BP": 512, "BLOCK_T": 8, "PREFETCH": True, "PDL": True}, 2, 2.7,
+                 id="dot-8-tokens"),
 ])
 def test_w12_k_loop_sass_per_weight_is_bounded(kernel, constexprs, num_warps, most):
     """The K loop's SASS instructions per weight one thread decodes (sm_90a, loads, decode,

@@ -19,9 +19,10 @@ def gemv(bn=16, bk=32, split=1, k_stages=1):
             "num_stages": 1, "K_STAGES": k_stages, "L2_PREFETCH": 0}
 
 
-def dot(bn=16, bk=16, split=1, prefetch=0, mma_v2=0):
+def dot(bn=16, bk=16, split=1, prefetch=0, mma_v2=0, t_min=16):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
-            "num_stages": 2, "PREFETCH": prefetch, "L2_PREFETCH": 0, "MMA_V2": mma_v2}
+            "num_stages": 2, "PREFETCH": prefetch, "L2_PREFETCH": 0, "MMA_V2": mma_v2,
+            "BLOCK_T_MIN": t_min}
 
 
 def streamk(bn=8, bk=16, programs=None):
@@ -32,7 +33,7 @@ def streamk(bn=8, bk=16, programs=None):
 
 def dot_sk(bn=32, bk=16, programs=None):
     cfg = {"kernel": "dot_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
-           "num_warps": 4, "num_stages": 2, "PDL": 0, "MMA_V2": 0}
+           "num_warps": 4, "num_stages": 2, "PDL": 0, "MMA_V2": 0, "BLOCK_T_MIN": 16}
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
@@ -42,6 +43,8 @@ CASES = [
     pytest.param(1, 200, 45, gemv(bn=8, bk=16, k_stages=3), id="M1-K200-N45-bf16-gemv-pipelined"),
     pytest.param(1, 67, 45, dot(), id="M1-K67-N45-bf16-dot"),
     pytest.param(5, 67, 45, dot(mma_v2=1), id="M5-K67-N45-bf16-dot-mma-v2"),
+    pytest.param(5, 67, 45, dot(t_min=8, split=2), id="M5-K67-N45-bf16-dot-8-token-tile"),
+    pytest.param(3, 67, 45, dot(t_min=4), id="M3-K67-N45-bf16-dot-4-token-tile"),
     # Stream-K, 6 tiles x 5 K steps (the last one masked): one program per step; 4 slots (a
     # data-parallel round, then 2 tiles shared: both workspace slots); 7 (each program one whole
     # tile); 11 (no round, 2-3 partials per tile); 1 (all data-parallel).
@@ -187,6 +190,8 @@ def test_strided_x_and_empty_shapes():
     ({**dot(), "L2_PREFETCH": 3}, 2, "L2_PREFETCH"),
     (dot(bn=24), 2, "power of two"),
     (dot(bn=8), 2, "BLOCK_N >= 16"),
+    (dot(t_min=8), 16, "BLOCK_T_MIN=8 pads only M below 16"),
+    (dot(t_min=2), 4, "BLOCK_T_MIN"),
     ({"kernel": "mma"}, 2, "kernel"),
 ])
 def test_bad_config_is_rejected(config, m, message):
@@ -200,8 +205,9 @@ def test_space_data():
     assert sum(1 for _ in space.configs()) == sum(math.prod(len(c) for c in p.values())
                                      for p in space.PARAMS.values())
     for config in space.SWEEP:  # PDL is GPU-only: validated here without it
-        space.validate({**config, "PDL": 0} if "PDL" in config else config,
-                       1 if config["kernel"].startswith("gemv") else 16, 5120, 5120)
+        m = (1 if config["kernel"].startswith("gemv")
+             else 4 if config.get("BLOCK_T_MIN", 16) < 16 else 16)
+        space.validate({**config, "PDL": 0} if "PDL" in config else config, m, 5120, 5120)
     assert [space.m_bucket(m) for m in (1, 3, 16, 17, 64, 65, 130)] == [1, 4, 16, 32, 64, 128, 192]
     assert space.default_config(1, 5120, 17408)["kernel"] == "gemv"
     assert space.default_config(16, 5120, 17408)["kernel"] == "dot"

@@ -73,7 +73,8 @@ def test_cache_hit_then_miss_on_changed_fingerprint(kernel_cache_dir, monkeypatc
 
 def test_linear_uses_the_cached_config(kernel_cache_dir, monkeypatch):
     chosen = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 3, "num_warps": 4,
-              "num_stages": 2, "PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0}
+              "num_stages": 2, "PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0,
+              "BLOCK_T_MIN": 16}
     kernel_key = fingerprint.current("cpu").kernel_key()
     cache.store_entry(cache.entry_key("skinny_gemm", 20, 48, 4, kernel_key), {"config": chosen},
                       kernel_cache_dir)
@@ -140,7 +141,8 @@ def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir)
     assert cache.lookup_config("w12_gemm", 1, 20, 48, torch.device("cpu")) == {
         **old_w12, "K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0}
     # swap-AB configs from before PREFETCH and L2_PREFETCH wait for the previous kernel before any
-    # load, as then, and compile to the MMA instruction Triton chose then (no MMA_V2)
+    # load, as then, and compile to the MMA instruction Triton chose then (no MMA_V2), on a token
+    # tile of at least 16
     old_dot = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 1, "num_warps": 4,
                "num_stages": 2}
     for op, extra in (("skinny_gemm", {}), ("w12_gemm", {"DECODE": "int", "ESC_CHUNK": 1})):
@@ -148,7 +150,8 @@ def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir)
                           {"config": {**old_dot, **extra}}, kernel_cache_dir)
         added = {"BLOCK_T": 0} if op == "w12_gemm" else {}  # one token tile, as then
         assert cache.lookup_config(op, 3, 20, 48, torch.device("cpu")) == {
-            **old_dot, **extra, "PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0, **added}
+            **old_dot, **extra, "PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0,
+            "BLOCK_T_MIN": 16, **added}
 
 
 def test_a_study_of_another_space_is_left_alone(kernel_cache_dir, monkeypatch):

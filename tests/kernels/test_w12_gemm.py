@@ -24,10 +24,10 @@ def gemv(bn=16, bk=16, split=1, esc=1, k_stages=1, early=1):
             "ESC_EARLY": early, "L2_PREFETCH": 0}
 
 
-def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0, block_t=0, mma_v2=0):
+def dot(bn=16, bk=16, split=1, warps=4, esc=1, prefetch=0, block_t=0, mma_v2=0, t_min=16):
     return {"kernel": "dot", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
             "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PREFETCH": prefetch,
-            "L2_PREFETCH": 0, "BLOCK_T": block_t, "MMA_V2": mma_v2}
+            "L2_PREFETCH": 0, "BLOCK_T": block_t, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min}
 
 
 def streamk(bn=8, bk=16, programs=None, esc=1):
@@ -36,9 +36,10 @@ def streamk(bn=8, bk=16, programs=None, esc=1):
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
-def dot_sk(bn=16, bk=16, warps=1, programs=None, esc=1):
+def dot_sk(bn=16, bk=16, warps=1, programs=None, esc=1, t_min=16):
     cfg = {"kernel": "dot_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
-           "num_warps": warps, "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PDL": 0}
+           "num_warps": warps, "num_stages": 2, "DECODE": "int", "ESC_CHUNK": esc, "PDL": 0,
+           "BLOCK_T_MIN": t_min}
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
@@ -79,6 +80,10 @@ CASES = [
     pytest.param(1, 200, 40, streamk(programs=3), id="M1-K200-N40-w12-streamk-round-shared"),
     pytest.param(3, 67, 45, dot(), id="M3-K67-N45-w12-dot"),
     pytest.param(3, 67, 45, dot(mma_v2=1), id="M3-K67-N45-w12-dot-mma-v2"),
+    # token tiles below 16 (BLOCK_T_MIN): 3 tokens in a tile of 4, 5 in one of 8 (3 padding rows)
+    pytest.param(3, 67, 45, dot(t_min=4), id="M3-K67-N45-w12-dot-4-token-tile"),
+    pytest.param(5, 67, 45, dot(t_min=8, split=2), id="M5-K67-N45-w12-dot-8-token-tile-split2"),
+    pytest.param(5, 67, 45, dot_sk(programs=5, t_min=8), id="M5-K67-N45-w12-dot-sk-8-token-tile"),
     # the GEMV for 2 rows (each weight decoded once for both), split
     # across pair blocks with escapes on split 0, pipelined; ESC_EARLY is for M == 1 only
     pytest.param(2, 1152, 45, gemv(bn=8, bk=64, split=4), id="M2-K1152-N45-w12-gemv-rows-split4"),
@@ -258,6 +263,9 @@ def test_shape_errors():
         w12_gemm_triton(x16, packed16, config=dot(block_t=16))
     with pytest.raises(ValueError, match="BLOCK_T"):
         w12_gemm_triton(x16, packed16, config=dot(block_t=8))
+    # a token tile below 16 pads only M below 16
+    with pytest.raises(ValueError, match="BLOCK_T_MIN=8 pads only M below 16, not M=16"):
+        w12_gemm_triton(x16, packed16, config=dot(t_min=8))
 
 
 def test_gemv_rows_take_strided_x():
@@ -285,3 +293,18 @@ def test_stream_k_swap_ab_runs_one_token_tile():
     w12_space.validate(dot_sk(), 64, 45, 67)
     with pytest.raises(ValueError, match="'dot_sk' cannot run M=65"):
         w12_space.validate(dot_sk(), 65, 45, 67)
+
+
+def test_every_sweep_config_is_valid_at_an_m_it_is_for():
+    """The H200 sweep skips a config its space refuses: each entry must be valid somewhere (the
+    PTX choices swapped for their interpreter twins, which the validation here runs under)."""
+    for config in w12_space.SWEEP:
+        cpu = {**config, "DECODE": "int", **({"PDL": 0} if "PDL" in config else {}),
+               **({"L2_PREFETCH": 0} if "L2_PREFETCH" in config else {})}
+        if config["kernel"] in ("gemv", "gemv_sk"):
+            m = 1
+        elif config.get("BLOCK_T"):
+            m = 2 * config["BLOCK_T"] + 1
+        else:
+            m = 4 if config.get("BLOCK_T_MIN", 16) < 16 else 16
+        w12_space.validate(cpu, m, 5120, 5120)
