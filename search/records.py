@@ -53,6 +53,29 @@ def check_tracking_uri(uri: str) -> None:
     raise SpecPilotError(f"unsupported MLflow tracking URI {uri!r} (sqlite:///PATH or http(s)://)")
 
 
+def mlflow_client(tracking_uri: str):
+    """An ``MlflowClient`` for runs and the model registry on ``tracking_uri``, its store ready.
+
+    MLflow creates and migrates a SQLite store's tables the first time a process uses it, and two
+    processes doing that at once collide (``table _alembic_tmp_metrics already exists``: a
+    campaign driver starting while a reader, the UI or a test, polls its store). So for a SQLite
+    store that first use runs under an exclusive lock on a file next to the database; every
+    SpecPilot process opens its stores through here."""
+    from mlflow.tracking import MlflowClient
+
+    if not tracking_uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    import fcntl
+
+    db = Path(tracking_uri[len("sqlite:///"):])
+    with open(db.with_name(db.name + ".init-lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        client.search_experiments(max_results=1)  # the tracking store: creates or migrates
+        client.search_registered_models(max_results=1)  # the registry store, same database
+    return client
+
+
 def _num(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -60,10 +83,8 @@ def _num(value) -> bool:
 class CampaignRecords:
     def __init__(self, tracking_uri: str, artifact_dir: Path, setting: str, campaign_id: str,
                  config: dict):
-        from mlflow.tracking import MlflowClient
-
         check_tracking_uri(tracking_uri)
-        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        self.client = mlflow_client(tracking_uri)
         self.setting, self.campaign_id = setting, campaign_id
         name = experiment_name(setting)
         experiment = self.client.get_experiment_by_name(name)

@@ -403,11 +403,10 @@ class Store:
 def open_store(setting: str, store_dir: str | None = None,
                tracking_uri: str | None = None) -> Store:
     """The records ``specpilot search SETTING`` left; never creates an empty store."""
-    from mlflow.tracking import MlflowClient
-
     from specpilot.search.driver import default_store_dir
     from specpilot.search.records import check_tracking_uri
     from specpilot.search.records import experiment_name
+    from specpilot.search.records import mlflow_client
 
     if store_dir and tracking_uri:
         raise SpecPilotError("give --store-dir or --tracking-uri, not both")
@@ -420,7 +419,7 @@ def open_store(setting: str, store_dir: str | None = None,
                                  "--store-dir DIR` first (or pass --store-dir/--tracking-uri)")
         tracking_uri = f"sqlite:///{db.resolve()}"
     check_tracking_uri(tracking_uri)
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     experiment = client.get_experiment_by_name(experiment_name(setting))
     if experiment is None:
         raise SpecPilotError(f"{tracking_uri} has no experiment {experiment_name(setting)!r}; "

@@ -71,9 +71,10 @@ def _wait_ready(proc: subprocess.Popen, url: str) -> bool:
 
 def _links(uri: str, url: str, only: str | None) -> list[str]:
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    from specpilot.search.records import mlflow_client
+
+    client = mlflow_client(uri)
     lines = []
     for experiment in client.search_experiments(filter_string="name LIKE 'specpilot/%'"):
         setting = experiment.name.removeprefix("specpilot/")

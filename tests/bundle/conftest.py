@@ -43,10 +43,9 @@ class Campaign:
         return Campaign(where / "store", where / "kernel-cache")
 
     def client(self):
-        from mlflow.tracking import MlflowClient
+        from specpilot.search.records import mlflow_client
 
-        uri = f"sqlite:///{self.store / 'mlflow.db'}"
-        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+        return mlflow_client(f"sqlite:///{self.store / 'mlflow.db'}")
 
 
 def specpilot(campaign: Campaign, *args: str, timeout_s: float = 600,

@@ -55,10 +55,9 @@ def ray_shutdown():
 
 
 def mlflow_client(store: Path):
-    from mlflow.tracking import MlflowClient
+    from specpilot.search.records import mlflow_client as open_client
 
-    uri = f"sqlite:///{store / 'mlflow.db'}"
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    return open_client(f"sqlite:///{store / 'mlflow.db'}")  # locked while a driver creates it
 
 
 def campaign_runs(store: Path, setting: str) -> list:
