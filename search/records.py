@@ -68,7 +68,12 @@ def mlflow_client(tracking_uri: str):
     import fcntl
 
     db = Path(tracking_uri[len("sqlite:///"):])
-    with open(db.with_name(db.name + ".init-lock"), "a") as lock:
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(db.with_name(db.name + ".init-lock"), "a")  # noqa: SIM115
+    except OSError:  # a read-only store directory: no process can create tables there either
+        return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
         client.search_experiments(max_results=1)  # the tracking store: creates or migrates
