@@ -36,16 +36,16 @@ each weight once for both, with ``ESC_EARLY`` off at M = 2. On the H200 at M = 2
 swap-AB kernel on 4 of 8 decode shapes (gdn_out 18.6 vs 20.0 us, down_proj 41.5 vs 44.3;
 results/h200-2026-12-01-kernels-m2-4-gemv-rows.json); for 4 rows it lost on all 8 (1.8-2.3x: the
 per-row FMAs and x loads on the CUDA cores), so it stops at 2.
-``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [16, 64], one token tile up to M =
-64, tiles of 64 past it) splits M into tiles of that many tokens, each a program that decodes the
-same weights; the tiles of one weight tile launch next to each other, so that the later ones find
-the weights in L2 (the L2 hit rate was not measured). Why: the kernel's registers grow with its
-token tile (for sm_90, ptxas: 32 x 128 pairs on 2 warps uses 96 registers at 16 tokens, 182 at 32,
-and 255 with 200 bytes spilled at 64), and at M = 32 and 64 the W12 GEMM ran 1.3-3x slower than the
-bf16 one (results/h200-2026-12-01-kernels-all.json). With token tiles in the sweep it ran up to 21%
-faster at M = 64 (gdn_out, down_proj; within 1% on gdn_in, gate_up, lm_head) and up to 12% at M =
-32, still 1.2-2.5x the bf16 GEMM: each tile repeats the decode, which points at the decode's
-integer work as the bound (results/h200-2026-12-01-kernels-m16-64-token-tiles.json,
+``BLOCK_T`` (swap-AB kernel; 0: M padded to a power of two in [``BLOCK_T_MIN``, 64], one token tile
+up to M = 64, tiles of 64 past it) splits M into tiles of that many tokens, each a program that
+decodes the same weights; the tiles of one weight tile launch next to each other, so that the later
+ones find the weights in L2 (the L2 hit rate was not measured). Why: the kernel's registers grow
+with its token tile (for sm_90, ptxas: 32 x 128 pairs on 2 warps uses 96 registers at 16 tokens,
+182 at 32, and 255 with 200 bytes spilled at 64), and at M = 32 and 64 the W12 GEMM ran 1.3-3x
+slower than the bf16 one (results/h200-2026-12-01-kernels-all.json). With token tiles in the sweep
+it ran up to 21% faster at M = 64 (gdn_out, down_proj; within 1% on gdn_in, gate_up, lm_head) and
+up to 12% at M = 32, still 1.2-2.5x the bf16 GEMM: each tile repeats the decode, which points at
+the decode's integer work as the bound (results/h200-2026-12-01-kernels-m16-64-token-tiles.json,
 ...-w12-dot-probe-m32-64.json).
 ``K_STAGES`` (GEMV) software-pipelines its K loop: that many K steps in flight per warp through
 shared memory (``cp.async``), 1 for none. ``BLOCK_K`` counts *pairs* of columns: one iteration
