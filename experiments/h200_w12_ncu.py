@@ -64,6 +64,11 @@ CASES = {
     # the swap-AB kernel under stream-K (no partial last wave), 5 programs per SM
     "gate_up_m4_w12_dot_streamk": ("q3_gate_up", 4, "w12", _DOT_SK),
     "down_m16_w12_dot_streamk": ("q3_down", 16, "w12", _DOT_SK),
+    # token tiles of 8 and 4 at M = 4 and 8 (BLOCK_T_MIN): 32 / 28 KB of shared memory, not 40
+    "gate_up_m4_w12_dot_t8": ("q3_gate_up", 4, "w12", {**_DOT, "BLOCK_T_MIN": 8}),
+    "gate_up_m4_w12_dot_t4": ("q3_gate_up", 4, "w12", {**_DOT, "BLOCK_T_MIN": 4}),
+    "gate_up_m8_w12_dot": ("q3_gate_up", 8, "w12", _DOT),
+    "gate_up_m8_w12_dot_t8": ("q3_gate_up", 8, "w12", {**_DOT, "BLOCK_T_MIN": 8}),
 }
 
 
