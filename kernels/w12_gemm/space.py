@@ -86,6 +86,7 @@ from specpilot.kernels.skinny_gemm.space import check_t_min
 from specpilot.kernels.skinny_gemm.space import gemv_rows
 from specpilot.kernels.skinny_gemm.space import kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
+from specpilot.kernels.skinny_gemm.space import token_tile as one_token_tile
 from specpilot.kernels.w12.format import block_pairs_for
 
 __all__ = ["KEY", "PARAMS", "SWEEP", "block_t", "configs", "default_config", "gemv_rows",
@@ -359,8 +360,8 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 def token_tile(config: dict, m: int) -> int:
     """The swap-AB kernel's token tile: ``BLOCK_T``, or with 0 M padded to a power of two in
-    [``BLOCK_T_MIN``, 64] (:func:`block_t`)."""
-    return config.get("BLOCK_T") or block_t(m, config.get("BLOCK_T_MIN", 16))
+    [``BLOCK_T_MIN``, 64] (the bf16 kernel's tile, :func:`one_token_tile`)."""
+    return config.get("BLOCK_T") or one_token_tile(config, m)
 
 
 def _split_for(num_tiles: int, k_iters: int, num_sms: int, ctas_per_sm: int) -> int:
