@@ -18,9 +18,9 @@ environment variable at every compile (and hashes it into the on-disk cache key)
 :func:`mma_v2_compile` sets that variable, under a lock, around the launch of a config that asks
 for v2, and the kernels take ``MMA_V2`` as a constexpr, so that Triton's in-memory cache, keyed by
 constexprs, keeps the two compiles apart. It is set on every such launch, not once: any launch
-can compile (a new shape specialises the kernel anew). The variable is process-wide while set: a different
-kernel that another thread compiles in that instant may compile to ``mma.sync`` too. Its results
-stay correct (both instructions compute the same products); only its speed can change.
+can compile (a new shape specialises the kernel anew). The variable is process-wide while set:
+a different kernel that another thread compiles in that instant may compile to ``mma.sync`` too.
+Its results stay correct (both instructions compute the same products); only its speed can change.
 ``tests/kernels/test_codegen.py`` checks the instruction each setting gives.
 """
 
