@@ -1,0 +1,245 @@
+"""H200: a fragment-order W12 layout for the swap-AB GEMM, against the product's W12 and bf16
+kernels at the same shapes and M, side by side.
+
+The product's swap-AB W12 kernel (``w12_gemm_fwd_kernel_dot``) loads row-major byte tiles, which
+Triton copies to shared memory and reads back into the ``mma.sync`` A-operand layout with 4-byte
+``LDS`` (35 per K step of 32 x 128 pairs, 16 tokens, on the sm_90 cubin). Here the three planes are
+stored per ``[16 * W rows, 32 * FC pairs]`` tile in the order the A operand's registers take them
+(``frag_pack``): each thread's 16 bytes of a chunk are contiguous, so a K step is ``3 * FC``
+coalesced 16-byte ``cp.async`` copies per thread and as many ``LDS.128`` reads, and the
+``reshape -> permute -> reshape`` in ``frag_to_a`` maps the loaded tile onto the A-operand layout
+(Triton's ``dot_op`` with ``kWidth = 4``) with no layout conversion (checked on the TTGIR by
+``tests/kernels/test_w12_frag.py``). The decode is the product's (``w12_decode_scaled``).
+
+For every shape and M: the product's W12 and bf16 winners of ``--baseline`` (a kernels_h200.py
+record) and each fragment variant ``W x FC x BLOCK_T x stages[v2]`` are checked against the fp64
+result, then timed in ``--rounds`` interleaved rounds (CUDA-graph replays over rotating weight
+copies, median of 15 each); the record holds every round and their median.
+
+    python3 experiments/h200_w12_frag.py --baseline experiments/results/X.json \\
+        [--shapes q3_gate_up,..] [--m 4,8,16] [--variants 2x4x16x3,2x4x8x3,4x4x16x2v2]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import kernels_h200 as kb  # noqa: E402  (shapes)
+from specpilot.fingerprint import current  # noqa: E402
+from specpilot.kernels import w12  # noqa: E402
+from specpilot.kernels.common.bench import num_copies_for  # noqa: E402
+from specpilot.kernels.common.bench import time_calls  # noqa: E402
+from specpilot.kernels.common.check import check_close  # noqa: E402
+from specpilot.kernels.common.check import gemm_exact  # noqa: E402
+from specpilot.kernels.common.epilogue import store_splitk  # noqa: E402
+from specpilot.kernels.common.interpret import dot_acc  # noqa: E402
+from specpilot.kernels.common.mma import mma_v2_compile  # noqa: E402
+from specpilot.kernels.skinny_gemm.triton import skinny_gemm  # noqa: E402
+from specpilot.kernels.tuning.ops import synthetic_weight  # noqa: E402
+from specpilot.kernels.w12.format import unblock_planes  # noqa: E402
+from specpilot.kernels.w12.triton import w12_decode_scaled  # noqa: E402
+from specpilot.kernels.w12.triton import window_scale  # noqa: E402
+from specpilot.kernels.w12_gemm.triton import apply_escapes  # noqa: E402
+from specpilot.kernels.w12_gemm.triton import escape_rows  # noqa: E402
+from specpilot.kernels.w12_gemm.triton import w12_gemm  # noqa: E402
+
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+
+
+@triton.jit
+def frag_offsets(FC: tl.constexpr, W: tl.constexpr):
+    """``[FC, W, 32, 16]`` byte offsets in one plane tile: chunk, warp, lane, byte."""
+    c = tl.arange(0, FC)[:, None, None, None]
+    w = tl.arange(0, W)[None, :, None, None]
+    lane = tl.arange(0, 32)[None, None, :, None]
+    e = tl.arange(0, 16)[None, None, None, :]
+    return ((c * W + w) * 32 + lane) * 16 + e
+
+
+@triton.jit
+def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
+    """``[FC, W, 32, 16]`` in stored order -> the ``[16 W, 32 FC]`` A tile. Byte e of lane
+    (g, t) of warp w in chunk c is row ``16 w + 8 e2 + g``, pair column ``32 c + 16 e3 + 4 t +
+    (e1 e0)``: bits of e and of the lane as the mma.sync A operand (kWidth 4) holds them."""
+    t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])  # c, w, g, lane t, e3, e2, e1 e0
+    t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
+    return tl.reshape(t, [16 * W, 32 * FC])
+
+
+@triton.jit(do_not_specialize=["M"])
+def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N, K, K2,
+                stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
+                ESC_CHUNK: tl.constexpr, ASM: tl.constexpr):
+    """Grid (M / BLOCK_T, N / (16 W)); the product's swap-AB step on fragment-order tiles."""
+    BLOCK_N: tl.constexpr = 16 * W
+    BLOCK_K: tl.constexpr = 32 * FC
+    TILE: tl.constexpr = BLOCK_N * BLOCK_K
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < M
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    row_tiles = tiles_ptr + pid_n.to(tl.int64) * KT * (3 * TILE) + frag_offsets(FC, W)
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for s in range(0, KT):
+        p = row_tiles + s * (3 * TILE)
+        nib = tl.load(p, eviction_policy="evict_first")
+        sm_a = tl.load(p + TILE, eviction_policy="evict_first")
+        sm_b = tl.load(p + 2 * TILE, eviction_policy="evict_first")
+        offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
+        xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
+                     other=0.0)
+        xb = tl.load(x_cols + K2 + offs_j[:, None],
+                     mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
+        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W), xa, acc, False)
+        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W), xb, acc, False)
+    out_t = tl.trans(acc) * scale
+    start, count = escape_rows(row_ptr, offs_n, offs_n < N)
+    out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+                          esc_delta_ptr, ESC_CHUNK)
+    store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+
+
+def frag_pack(packed, w_tiles: int, fc: int) -> torch.Tensor:
+    """The packed tensor's planes as ``[N / BN, K2 / BK, 3, BN * BK]`` fragment-order tiles
+    (zero padded), BN = 16 W rows, BK = 32 FC pairs."""
+    r, k2 = packed.rows, packed.k_half
+    sm, nib = unblock_planes(packed.planes, r, k2)
+    bn, bk = 16 * w_tiles, 32 * fc
+    rt, kt = -(-r // bn), -(-k2 // bk)
+    full = torch.zeros((3, rt * bn, kt * bk), dtype=torch.uint8, device=nib.device)
+    full[0, :r, :k2] = nib
+    full[1, :r, :k2] = sm[:, :k2]
+    full[2, :r, :k2] = sm[:, k2:2 * k2]
+    t = full.view(3, rt, w_tiles, 2, 8, kt, fc, 2, 4, 4)  # plane, rt, w, e2, g, kt, c, e3, t, e
+    t = t.permute(1, 5, 0, 6, 2, 4, 8, 7, 3, 9)  # rt, kt, plane, c, w, g, t, e3, e2, e1 e0
+    return t.contiguous().view(rt, kt, 3, bn * bk)
+
+
+def parse_variant(text: str) -> dict:
+    v2 = text.endswith("v2")
+    w_tiles, fc, bt, stages = (int(a) for a in text.removesuffix("v2").split("x"))
+    return {"W": w_tiles, "FC": fc, "BLOCK_T": bt, "num_stages": stages, "MMA_V2": v2}
+
+
+def frag_call(x, tiles, packed, v: dict):
+    m, k = x.shape
+    n = packed.shape[0]
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(m, v["BLOCK_T"]), triton.cdiv(n, 16 * v["W"]))
+    with mma_v2_compile(v["MMA_V2"]):
+        frag_kernel[grid](x, tiles, packed.row_ptr, packed.esc_col, packed.esc_delta, out, m, n,
+                          k, packed.k_half, x.stride(0), window_scale(packed.base),
+                          tiles.shape[1], W=v["W"], FC=v["FC"], BLOCK_T=v["BLOCK_T"],
+                          ESC_CHUNK=1, ASM=int(x.is_cuda), num_warps=v["W"],
+                          num_stages=v["num_stages"])
+    return out
+
+
+def baseline_configs(path: str) -> dict:
+    """``(shape, M) -> (bf16 config, W12 config)``: the winners of a kernels_h200.py record."""
+    rows = json.loads(Path(path).read_text())["rows"]
+    return {(r["shape"], r["M"]): (r["skinny_gemm"]["best"]["config"],
+                                    r["w12_gemm"]["best"]["config"]) for r in rows
+            if r["skinny_gemm"]["best"] and r["w12_gemm"]["best"]}
+
+
+def bench_shape(name, ms, variants, base, rounds, reps):
+    k, n = kb.SHAPES[name]
+    dev = torch.device("cuda")
+    w = synthetic_weight(n, k, dev, 0, outlier_rate=2e-4)
+    packed = w12.pack(w)
+    x_all = torch.randn((max(ms), k), device=dev).to(torch.bfloat16)
+    exact_all, abs_all = gemm_exact(x_all, w)
+    nb = num_copies_for(2 * n * k)
+    nw = num_copies_for(packed.nbytes)
+    bf16_copies = [w] + [w.clone() for _ in range(nb - 1)]
+    w12_copies = [packed] + [packed.clone() for _ in range(nw - 1)]
+    frag_copies = {}
+    for label, v in variants.items():
+        t = frag_pack(packed, v["W"], v["FC"])
+        frag_copies[label] = [t] + [t.clone() for _ in range(nw - 1)]
+    rows = []
+    for m in ms:
+        x = x_all[:m].contiguous()
+        exact, abs_sum = exact_all[:m], abs_all[:m]
+        bf16_cfg, w12_cfg = base[(name, m)]
+        calls = {"bf16": [lambda c=c: skinny_gemm(x, c, config=bf16_cfg) for c in bf16_copies],
+                 "w12": [lambda c=c: w12_gemm(x, c, config=w12_cfg) for c in w12_copies]}
+        for label, v in variants.items():
+            if v["BLOCK_T"] < 16 and m > v["BLOCK_T"]:
+                continue
+            calls[label] = [lambda t=t, c=c, v=v: frag_call(x, t, c, v)
+                            for t, c in zip(frag_copies[label], w12_copies)]
+        row = {"shape": name, "K": k, "N": n, "M": m, "bf16_config": bf16_cfg,
+               "w12_config": w12_cfg, "checks": {}, "rounds_us": {}}
+        for label, fns in list(calls.items()):
+            try:
+                res = check_close(label, fns[0](), exact, abs_sum)
+                ok, detail = res.ok, str(res)
+            except Exception as err:  # noqa: BLE001  (a variant that fails is recorded)
+                ok, detail = False, f"{type(err).__name__}: {err}"[:400]
+            row["checks"][label] = {"ok": ok, "detail": detail}
+            if not ok:
+                del calls[label]
+        for _ in range(rounds):
+            for label, fns in calls.items():
+                row["rounds_us"].setdefault(label, []).append(
+                    time_calls(fns, dev, reps=reps).p50_us)
+        row["median_us"] = {lbl: statistics.median(v) for lbl, v in row["rounds_us"].items()}
+        bf16 = row["median_us"]["bf16"]
+        row["over_bf16"] = {lbl: t / bf16 for lbl, t in row["median_us"].items()}
+        rows.append(row)
+        best = min((lbl for lbl in row["median_us"] if lbl not in ("bf16", "w12")),
+                   key=row["median_us"].get, default=None)
+        print(f"{name:13} M={m:2} bf16 {bf16:7.1f}  w12 {row['median_us']['w12']:7.1f} "
+              f"({row['over_bf16']['w12']:.3f})  best frag {best} "
+              f"{row['median_us'].get(best, float('nan')):7.1f} "
+              f"({row['over_bf16'].get(best, float('nan')):.3f})", flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", required=True, help="kernels_h200.py record")
+    parser.add_argument("--shapes", default="q3_gate_up,q3_down,q3_gdn_out,q3_gdn_in,mg_down")
+    parser.add_argument("--m", default="4,8,16")
+    parser.add_argument("--variants", default="2x4x16x3,2x4x8x3,2x4x8x4,2x8x8x2,1x4x8x4,"
+                                              "4x4x16x2v2,2x2x16x4")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--budget-s", type=float, default=240.0)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("h200_w12_frag.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    variants = {lbl: parse_variant(lbl) for lbl in args.variants.split(",")}
+    base = baseline_configs(args.baseline)
+    ms = [int(a) for a in args.m.split(",")]
+    record = {"fingerprint": current(), "command": " ".join(sys.argv), "variants": variants,
+              "rows": []}
+    start = time.time()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in args.shapes.split(","):
+        if time.time() - start > args.budget_s:
+            record["budget_exhausted"] = True
+            break
+        record["rows"] += bench_shape(name, ms, variants, base, args.rounds, args.reps)
+        record["elapsed_s"] = time.time() - start
+        (OUT / "h200_w12_frag.json").write_text(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
