@@ -201,6 +201,8 @@ def bench_shape(name, ms, variants, base, rounds, reps):
         bf16 = row["median_us"]["bf16"]
         row["over_bf16"] = {lbl: t / bf16 for lbl, t in row["median_us"].items()}
         rows.append(row)
+        frags = " ".join(f"{lbl} {t:.1f}" for lbl, t in row["median_us"].items())
+        print(f"  {frags}", flush=True)
         best = min((lbl for lbl in row["median_us"] if lbl not in ("bf16", "w12")),
                    key=row["median_us"].get, default=None)
         print(f"{name:13} M={m:2} bf16 {bf16:7.1f}  w12 {row['median_us']['w12']:7.1f} "
@@ -227,8 +229,8 @@ def main() -> int:
     variants = {lbl: parse_variant(lbl) for lbl in args.variants.split(",")}
     base = baseline_configs(args.baseline)
     ms = [int(a) for a in args.m.split(",")]
-    record = {"fingerprint": current(), "command": " ".join(sys.argv), "variants": variants,
-              "rows": []}
+    record = {"fingerprint": current("cuda").to_dict(), "command": " ".join(sys.argv),
+              "variants": variants, "rows": []}
     start = time.time()
     OUT.mkdir(parents=True, exist_ok=True)
     for name in args.shapes.split(","):
