@@ -69,6 +69,12 @@ CASES = {
     "gate_up_m4_w12_dot_t4": ("q3_gate_up", 4, "w12", {**_DOT, "BLOCK_T_MIN": 4}),
     "gate_up_m8_w12_dot": ("q3_gate_up", 8, "w12", _DOT),
     "gate_up_m8_w12_dot_t8": ("q3_gate_up", 8, "w12", {**_DOT, "BLOCK_T_MIN": 8}),
+    # the sweep's winner at M = 4 (32 x 256 pairs, 2 stages, 8 tokens) and the same tile on
+    # fragment-order planes (h200_w12_frag.py: 1.57x slower), and its best fragment variant
+    "gate_up_m4_w12_dot_k256": ("q3_gate_up", 4, "w12",
+                                {**_DOT, "BLOCK_K": 256, "num_stages": 2, "BLOCK_T_MIN": 8}),
+    "gate_up_m4_frag_2x8x8x2": ("q3_gate_up", 4, "frag", "2x8x8x2"),
+    "gate_up_m4_frag_1x4x8x4": ("q3_gate_up", 4, "frag", "1x4x8x4"),
 }
 
 
@@ -83,6 +89,14 @@ def run_case(label: str, order: int) -> tuple:
         packed = w12.pack(w)
         del w
         launch = lambda: w12_gemm(x, packed, config=config)  # noqa: E731
+    elif op == "frag":
+        import h200_w12_frag as frag
+
+        packed = w12.pack(w)
+        variant = frag.parse_variant(config)
+        tiles = frag.frag_pack(packed, variant["W"], variant["FC"])
+        del w
+        launch = lambda: frag.frag_call(x, tiles, packed, variant)  # noqa: E731
     else:
         launch = lambda: skinny_gemm(x, w, config=config)  # noqa: E731
     result = check_close(label, launch(), exact, abs_sum)
