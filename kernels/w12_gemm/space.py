@@ -24,7 +24,10 @@ two x tiles of 16 tokens take 16 of its 40 KB of shared memory, which bounds it 
 per SM on the H200 (results/h200-2026-12-02-w12-ncu-streamk.json). For sm_90a (ptxas, no GPU
 needed) a tile of 8 tokens compiles to 32 KB and 67 registers (16: 40 KB, 96) and 2.43 SASS
 instructions per weight in the K loop (2.98), half the HMMAs; 4 tokens: 28 KB, 63, 2.35.
-Unmeasured on the GPU.
+Measured on the H200 (results/h200-2026-12-02-kernels-t-min.json): 8-token tiles won 16 of the 40
+W12 rows at M <= 16 and 4-token tiles 2; the best W12 time at M = 4-8 moved by -9%..+0.6%
+(gdn_out most). Nsight Compute (...-w12-ncu-t-min.json): 6 programs per SM instead of 5 and
+83.4 vs 85.0 us on gate_up at M = 4; the 4-token tile, 7 per SM, took 93.1.
 ``L2_PREFETCH`` (GEMV and swap-AB kernel; 0: off, GPU only) requests the planes' blocks of that
 many K steps after the first into L2 before the PDL wait
 (:mod:`specpilot.kernels.common.prefetch`), so HBM streams them while the previous kernel ends;
