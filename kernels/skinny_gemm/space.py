@@ -8,7 +8,9 @@ GEMV under a stream-K schedule, ``PROGRAMS_PER_SM`` programs per SM sharing the 
 for a programmatic dependent launch, ``MAX_REGS`` a register cap per thread, 0 for none
 (:mod:`specpilot.kernels.common.streamk`); "dot": swap-AB tensor-core
 tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to BLOCK_T >= 16 as the
-N side); "dot_sk": the swap-AB kernel under the stream-K schedule, M <= 64 (one token tile),
+N side); "tma": the same swap-AB tiles with every K step's weight and x tiles copied by the Tensor
+Memory Accelerator, K a multiple of 8 (16-byte rows); "dot_sk": the swap-AB kernel under the
+stream-K schedule, M <= 64 (one token tile),
 ``PROGRAMS_PER_SM`` as for "gemv_sk"), block sizes, ``SPLIT_K`` (deterministic split-K),
 ``K_STAGES`` (GEMV: its K loop software-pipelined through shared memory, that many steps in
 flight; 1 for none), ``num_warps``,
@@ -64,6 +66,15 @@ PARAMS = {
         "MMA_V2": [0, 1],
         "BLOCK_T_MIN": [16, 8, 4],
     },
+    "tma": {
+        "BLOCK_N": [32, 64, 128, 256],
+        "BLOCK_K": [32, 64, 128, 256],
+        "SPLIT_K": [1, 2, 4, 8],
+        "num_warps": [4, 8],
+        "num_stages": [2, 3, 4, 5, 6],
+        "MMA_V2": [0, 1],
+        "BLOCK_T_MIN": [16, 8],
+    },
     "dot_sk": {
         "BLOCK_N": [32, 64, 128],
         "BLOCK_K": [32, 64, 128, 256],
@@ -96,6 +107,13 @@ def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: in
               "num_warps": num_warps, "num_stages": num_stages, "L2_PREFETCH": l2}
     return ({**config, "K_STAGES": k_stages} if kernel == "gemv"
             else {**config, "PREFETCH": prefetch, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min})
+
+
+def _tma(block_n: int, block_k: int, split_k: int, num_warps: int, num_stages: int,
+         mma_v2: int = 0, t_min: int = 16) -> dict:
+    return {"kernel": "tma", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
+            "num_warps": num_warps, "num_stages": num_stages, "MMA_V2": mma_v2,
+            "BLOCK_T_MIN": t_min}
 
 
 SWEEP = [
@@ -165,6 +183,20 @@ SWEEP = [
     _config("dot", 64, 256, 1, 4, 4, mma_v2=1, t_min=8),
     _config("dot", 64, 128, 1, 4, 4, t_min=8),
     _config("dot", 64, 64, 4, 4, 4, t_min=8),
+    # The swap-AB tiles on TMA copies (one bulk copy per tile and K step, no per-thread address
+    # math or masks), around the dot winners, deeper pipelines (TMA needs no registers for the
+    # copies in flight) and split K for the short-N shapes. Unmeasured.
+    _tma(64, 128, 1, 4, 4),
+    _tma(64, 128, 1, 4, 6),
+    _tma(64, 256, 1, 4, 4),
+    _tma(128, 128, 1, 4, 4),
+    _tma(128, 128, 1, 8, 4),
+    _tma(64, 64, 1, 4, 6),
+    _tma(64, 128, 2, 4, 4),
+    _tma(64, 128, 4, 4, 4),
+    _tma(64, 128, 1, 4, 4, mma_v2=1),
+    _tma(64, 256, 1, 4, 4, mma_v2=1, t_min=8),
+    _tma(128, 128, 2, 8, 4),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
@@ -219,8 +251,9 @@ def kernels_for(m: int) -> list[str]:
     """Kernel families that can run M rows (``dot_sk``: one token tile, M <= 64)."""
     one_tile = ["dot_sk"] if m <= 64 else []
     if m == 1:
-        return ["gemv", "gemv_sk", "dot", *one_tile]
-    return ["gemv", "dot", *one_tile] if m <= GEMV_MAX_M else ["dot", *one_tile]
+        return ["gemv", "gemv_sk", "dot", "tma", *one_tile]
+    return (["gemv", "dot", "tma", *one_tile] if m <= GEMV_MAX_M
+            else ["dot", "tma", *one_tile])
 
 
 def validate(config: dict, m: int, n: int, k: int) -> None:
@@ -248,6 +281,8 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
         check_t_min(config, m)
+        if kernel == "tma" and k % 8:
+            raise ValueError(f"the tma kernel needs K a multiple of 8 (16-byte rows), got K={k}")
         smem = (config["num_stages"] * (config["BLOCK_N"] + token_tile(config, m))
                 * config["BLOCK_K"] * 2)
         if smem > _SMEM_BUDGET:

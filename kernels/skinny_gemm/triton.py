@@ -7,6 +7,10 @@ Two kernels, both streaming the weight once with evict-first loads and an fp32 a
 - ``skinny_gemm_fwd_kernel_dot`` (any M): swap-AB ``tl.dot``; the weight tile
   ``[BLOCK_N, BLOCK_K]`` is the MMA's M side and the tokens, padded to ``BLOCK_T`` (>= 16), its
   N side, so M = 1..16 wastes no weight bandwidth.
+- ``skinny_gemm_fwd_kernel_tma`` (any M, K a multiple of 8): the same swap-AB tiles, each K step's
+  weight and x tiles copied by the Tensor Memory Accelerator (host-built tensor descriptors; on
+  sm_90 one ``cp.async.bulk.tensor`` per tile instead of a 16-byte ``cp.async`` per thread and
+  vector, and no masks: rows and columns past the tensor arrive as zeros).
 
 Both split K deterministically (:mod:`specpilot.kernels.common.epilogue`).
 """
@@ -15,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_bf16
@@ -229,6 +234,48 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
                  SPLIT_K)
 
 
+@triton.jit(do_not_specialize=["M"])
+def skinny_gemm_fwd_kernel_tma(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, N, K, k_per_split,
+                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
+                               MMA_V2: tl.constexpr):
+    """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``w_desc`` over ``w [N, K]`` in
+    ``[BLOCK_N, BLOCK_K]`` boxes, ``x_desc`` over ``x [M, K]`` in ``[BLOCK_T, BLOCK_K]`` boxes ->
+    ``out [M, N]``. The descriptors zero-fill past the tensor, so padding multiplies zeros and
+    nothing is masked. Split s covers ``[s * k_per_split, ...)``, whole K steps (splitk_plan).
+    ``MMA_V2`` only keys the compile (:mod:`specpilot.kernels.common.mma`)."""
+    pid_n = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(k_lo + k_per_split, K)
+    pdl_start(PDL)
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        w = w_desc.load([pid_n * BLOCK_N, k0])
+        x = x_desc.load([pid_t * BLOCK_T, k0])
+        acc = dot_bf16(w, tl.trans(x), acc)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    tile_id = pid_t * tl.num_programs(0) + pid_n
+    store_splitk(tl.trans(acc), out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k,
+                 SPLIT_K)
+
+
+def tma_descriptors(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int,
+                    block_t: int) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """The TMA kernel's descriptors; the TMA needs 16-byte aligned starts and row strides."""
+    for name, t in (("x", x), ("weight", weight)):
+        if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+            raise ValueError(f"the tma kernel needs {name} to start 16-byte aligned with rows a "
+                             f"multiple of 16 bytes apart (K a multiple of 8); got stride "
+                             f"{t.stride(0)} at address {t.data_ptr():#x}")
+    w_desc = TensorDescriptor(weight, list(weight.shape), [weight.stride(0), 1],
+                              [block_n, block_k])
+    x_desc = TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [block_t, block_k])
+    return w_desc, x_desc
+
+
 @triton.jit
 def dot_segment(x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, tile, s_lo, s_hi,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr):
@@ -318,6 +365,14 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
                 **plan.options, **meta)
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
+    if cfg["kernel"] == "tma":
+        descs = tma_descriptors(x, weight, cfg["BLOCK_N"], cfg["BLOCK_K"], plan.block_t)
+        with mma_v2_compile(cfg["MMA_V2"]):
+            skinny_gemm_fwd_kernel_tma[(plan.grid_n, plan.grid_t, plan.splits)](
+                *descs, out, plan.workspace, plan.locks, m, n, k, plan.k_per_split,
+                BLOCK_T=plan.block_t, MMA_V2=bool(cfg["MMA_V2"]), **meta,
+                **pdl_launch(x.device))
+        return _corrupt_if_asked(out, cfg)
     # rows must start 16-byte aligned for the L2 prefetch (prefetch.py)
     aligned = weight.stride(0) % 8 == 0 and weight.data_ptr() % 16 == 0
     meta["L2_PREFETCH"] = cfg["L2_PREFETCH"] if aligned else 0

@@ -87,7 +87,7 @@ from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
 from specpilot.kernels.skinny_gemm.space import check_t_min
 from specpilot.kernels.skinny_gemm.space import gemv_rows
-from specpilot.kernels.skinny_gemm.space import kernels_for
+from specpilot.kernels.skinny_gemm.space import kernels_for as bf16_kernels_for
 from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.skinny_gemm.space import token_tile as one_token_tile
 from specpilot.kernels.w12.format import block_pairs_for
@@ -148,6 +148,12 @@ PARAMS = {
         "BLOCK_T_MIN": [16, 8, 4],
     },
 }
+
+
+def kernels_for(m: int) -> list[str]:
+    """The bf16 space's kernel families for M that this space has (no ``tma``: its copies are of
+    bf16 tiles)."""
+    return [k for k in bf16_kernels_for(m) if k in PARAMS]
 
 
 def configs() -> Iterator[dict]:

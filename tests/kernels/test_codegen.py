@@ -93,8 +93,13 @@ def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stag
 
     kernel = getattr(importlib.import_module(f"specpilot.kernels.{op}.triton"), kernel_name)
     constexprs = json.loads(constexprs_json)
+    pointers = POINTERS
+    if kernel_name.endswith("_tma"):  # host tensor descriptors, typed by their boxes
+        box = constexprs["BLOCK_K"]
+        pointers = {**POINTERS, "w_desc": f"tensordesc<bf16[{constexprs['BLOCK_N']}, {box}]>",
+                    "x_desc": f"tensordesc<bf16[{constexprs['BLOCK_T']}, {box}]>"}
     with mma_v2_compile(bool(constexprs.get("MMA_V2"))):  # as the launchers compile it
-        compiled = compile_sm90(kernel, constexprs, num_warps, num_stages, POINTERS, ALIGNED)
+        compiled = compile_sm90(kernel, constexprs, num_warps, num_stages, pointers, ALIGNED)
     if what == "sass":
         return "\n".join(disassemble(compiled.asm["cubin"]))
     return compiled.asm["ptx"]
@@ -267,3 +272,18 @@ def test_w12_k_loop_sass_per_weight_is_bounded(kernel, constexprs, num_warps, mo
     weights = 2 * constexprs["BLOCK_N"] * constexprs["BLOCK_K"] / (32 * num_warps)
     per_weight = len(body) / weights
     assert per_weight <= most, f"{per_weight:.2f} SASS instructions per weight (bound {most})"
+
+
+@pytest.mark.parametrize("mma_v2, mma", [(False, "wgmma.mma_async"), (True, "mma.sync")])
+def test_tma_kernel_copies_whole_tiles_with_the_tensor_memory_accelerator(mma_v2, mma):
+    """The ``tma`` skinny GEMM: each K step's weight and x tiles are one 2-D bulk tensor copy
+    each, with no per-thread ``cp.async`` or global loads of them, on wgmma or (``MMA_V2``)
+    mma.sync."""
+    code = ptx("skinny_gemm_fwd_kernel_tma",
+               {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PDL": True,
+                "MMA_V2": mma_v2}, 4, 4, op="skinny_gemm")
+    assert "cp.async.bulk.tensor.2d" in code
+    assert mma in code
+    assert not re.search(r"cp\.async\.c[ag]\.", code)
+    assert "ld.global" not in code
+

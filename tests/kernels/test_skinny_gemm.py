@@ -25,6 +25,11 @@ def dot(bn=16, bk=16, split=1, prefetch=0, mma_v2=0, t_min=16):
             "BLOCK_T_MIN": t_min}
 
 
+def tma(bn=32, bk=16, split=1, mma_v2=0, t_min=16):
+    return {"kernel": "tma", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
+            "num_stages": 2, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min}
+
+
 def streamk(bn=8, bk=16, programs=None):
     cfg = {"kernel": "gemv_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2, "MAX_REGS": 0,
            "num_warps": 1, "num_stages": 1, "PDL": 0}
@@ -75,6 +80,12 @@ CASES = [
     pytest.param(5, 67, 45, dot_sk(programs=3), id="M5-K67-N45-bf16-dot-sk-spans-tiles"),
     pytest.param(16, 67, 45, dot_sk(), id="M16-K67-N45-bf16-dot-sk-per-step"),
     pytest.param(64, 67, 45, dot_sk(programs=3), id="M64-K67-N45-bf16-dot-sk-token-tile64"),
+    # TMA copies (K a multiple of 8): rows past N and M, and the K tail, arrive as zeros
+    pytest.param(1, 200, 45, tma(), id="M1-K200-N45-bf16-tma"),
+    pytest.param(3, 200, 45, tma(split=3), id="M3-K200-N45-bf16-tma-split3"),
+    pytest.param(5, 72, 45, tma(t_min=8, mma_v2=1), id="M5-K72-N45-bf16-tma-8-token-tile"),
+    pytest.param(17, 200, 45, tma(bn=64, bk=32, split=2), id="M17-K200-N45-bf16-tma-split2"),
+    pytest.param(70, 64, 33, tma(), id="M70-K64-N33-bf16-tma-token-tiles"),
 ]
 
 
@@ -198,6 +209,21 @@ def test_bad_config_is_rejected(config, m, message):
     x, w = _inputs(m, 32, 16)
     with pytest.raises(ValueError, match=message):
         skinny_gemm_triton(x, w, config=config)
+
+
+def test_tma_needs_16_byte_rows():
+    """The TMA copies rows that start 16-byte aligned: K % 8 is refused by the space, a
+    misaligned view by the launcher, each with a message that says so."""
+    x, w = _inputs(3, 67, 45)
+    with pytest.raises(ValueError, match="K a multiple of 8"):
+        skinny_gemm_triton(x, w, config=tma())
+    x, w = _inputs(3, 74, 45)
+    x_view, w_view = x[:, 1:73], w[:, 1:73]  # rows 148 bytes apart, starting 2 bytes in
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        skinny_gemm_triton(x_view, w_view, config=tma())
+    assert_gemm_close("tma on copies", skinny_gemm_triton(x_view.contiguous(),
+                                                          w_view.contiguous(), config=tma()),
+                      x_view, w_view)
 
 
 def test_space_data():
