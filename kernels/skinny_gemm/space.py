@@ -197,6 +197,9 @@ SWEEP = [
     _tma(64, 128, 1, 4, 4, mma_v2=1),
     _tma(64, 256, 1, 4, 4, mma_v2=1, t_min=8),
     _tma(128, 128, 2, 8, 4),
+    # The winner of an H200 probe at M = 64 over 64-256 x 4-8 tiles, K steps 64-128, 3-5 stages,
+    # 1-2 splits where cuBLAS won (results/h200-2026-12-02-tma-probe-m64.json): 5 stages.
+    _tma(64, 128, 1, 4, 5),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
