@@ -185,7 +185,11 @@ SWEEP = [
     _config("dot", 64, 64, 4, 4, 4, t_min=8),
     # The swap-AB tiles on TMA copies (one bulk copy per tile and K step, no per-thread address
     # math or masks), around the dot winners, deeper pipelines (TMA needs no registers for the
-    # copies in flight) and split K for the short-N shapes. Unmeasured.
+    # copies in flight) and split K for the short-N shapes. In the first H200 sweeps with them
+    # (results/h200-2026-12-02-kernels-tma*.json) they won 15-19 of 40 rows at M <= 16, mostly
+    # ties with the dot kernel but 5% ahead on gdn_out at M = 16, so Triton was no slower than
+    # cuBLAS on 40/40 (37/40 before); at M = 32-64 they won 13-14 of 16 rows, up to 11% ahead,
+    # and Triton matched cuBLAS on 14/16 (7/16 before).
     _tma(64, 128, 1, 4, 4),
     _tma(64, 128, 1, 4, 6),
     _tma(64, 256, 1, 4, 4),
