@@ -11,8 +11,12 @@ coalesced 16-byte ``cp.async`` copies per thread and as many ``LDS.128`` reads, 
 (Triton's ``dot_op`` with ``kWidth = 4``) with no layout conversion (checked on the TTGIR by
 ``tests/kernels/test_w12_frag.py``). The decode is the product's (``w12_decode_scaled``).
 
+``frag_kernel_tma`` copies the same tiles, and the x tiles, with the Tensor Memory Accelerator
+(variants ending in ``t``; unmeasured: on the sm_90a cubin its K loop is about 4.3 SASS per
+weight against 2.4, from the barrier and copy bookkeeping).
+
 For every shape and M: the product's W12 and bf16 winners of ``--baseline`` (a kernels_h200.py
-record) and each fragment variant ``W x FC x BLOCK_T x stages[v2]`` are checked against the fp64
+record) and each fragment variant ``W x FC x BLOCK_T x stages[v2][t]`` are checked against the fp64
 result, then timed in ``--rounds`` interleaved rounds (CUDA-graph replays over rotating weight
 copies, median of 15 each); the record holds every round and their median.
 
@@ -33,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 import kernels_h200 as kb  # noqa: E402  (shapes)
 from specpilot.fingerprint import current  # noqa: E402
@@ -103,6 +108,41 @@ def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, 
     store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
 
 
+@triton.jit(do_not_specialize=["M"])
+def frag_kernel_tma(x_desc, tiles_desc, x_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N,
+                    K, K2, stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr,
+                    BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr,
+                    ROW: tl.constexpr):
+    """:func:`frag_kernel` with the plane tiles and x tiles copied by the Tensor Memory
+    Accelerator. ``tiles_desc`` views the tiles as rows of ``ROW`` bytes (a plane tile is
+    ``TILE / ROW`` of them: at most 256); ``x_desc`` covers ``x [M, K]`` in ``[BLOCK_T,
+    BLOCK_K]`` boxes, zero past M and K; the launcher requires K2 to be whole K steps, so a
+    low-half box never reaches the high half's columns."""
+    BLOCK_N: tl.constexpr = 16 * W
+    BLOCK_K: tl.constexpr = 32 * FC
+    TILE: tl.constexpr = BLOCK_N * BLOCK_K
+    ROWS: tl.constexpr = TILE // ROW
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for s in range(0, KT):
+        row = (pid_n * KT + s) * (3 * ROWS)
+        nib = tl.reshape(tiles_desc.load([row, 0]), [TILE])
+        sm_a = tl.reshape(tiles_desc.load([row + ROWS, 0]), [TILE])
+        sm_b = tl.reshape(tiles_desc.load([row + 2 * ROWS, 0]), [TILE])
+        xa = tl.trans(x_desc.load([pid_t * BLOCK_T, s * BLOCK_K]))
+        xb = tl.trans(x_desc.load([pid_t * BLOCK_T, K2 + s * BLOCK_K]))
+        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W), xa, acc, False)
+        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W), xb, acc, False)
+    out_t = tl.trans(acc) * scale
+    start, count = escape_rows(row_ptr, offs_n, offs_n < N)
+    out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+                          esc_delta_ptr, ESC_CHUNK)
+    store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+
+
 def frag_pack(packed, w_tiles: int, fc: int) -> torch.Tensor:
     """The packed tensor's planes as ``[N / BN, K2 / BK, 3, BN * BK]`` fragment-order tiles
     (zero padded), BN = 16 W rows, BK = 32 FC pairs."""
@@ -120,22 +160,37 @@ def frag_pack(packed, w_tiles: int, fc: int) -> torch.Tensor:
 
 
 def parse_variant(text: str) -> dict:
+    """``W x FC x BLOCK_T x stages``, then ``v2`` (mma.sync for 4+ warps) and / or ``t`` (the
+    TMA kernel), e.g. ``2x4x8x3`` or ``2x4x8x3t``."""
+    tma = text.endswith("t")
+    text = text.removesuffix("t")
     v2 = text.endswith("v2")
     w_tiles, fc, bt, stages = (int(a) for a in text.removesuffix("v2").split("x"))
-    return {"W": w_tiles, "FC": fc, "BLOCK_T": bt, "num_stages": stages, "MMA_V2": v2}
+    return {"W": w_tiles, "FC": fc, "BLOCK_T": bt, "num_stages": stages, "MMA_V2": v2,
+            "TMA": tma}
 
 
 def frag_call(x, tiles, packed, v: dict):
     m, k = x.shape
-    n = packed.shape[0]
+    n, k2 = packed.shape[0], packed.k_half
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(m, v["BLOCK_T"]), triton.cdiv(n, 16 * v["W"]))
+    meta = {"W": v["W"], "FC": v["FC"], "BLOCK_T": v["BLOCK_T"], "ESC_CHUNK": 1,
+            "ASM": int(x.is_cuda), "num_warps": v["W"], "num_stages": v["num_stages"]}
+    args = (packed.row_ptr, packed.esc_col, packed.esc_delta, out, m, n, k, k2, x.stride(0),
+            window_scale(packed.base), tiles.shape[1])
     with mma_v2_compile(v["MMA_V2"]):
-        frag_kernel[grid](x, tiles, packed.row_ptr, packed.esc_col, packed.esc_delta, out, m, n,
-                          k, packed.k_half, x.stride(0), window_scale(packed.base),
-                          tiles.shape[1], W=v["W"], FC=v["FC"], BLOCK_T=v["BLOCK_T"],
-                          ESC_CHUNK=1, ASM=int(x.is_cuda), num_warps=v["W"],
-                          num_stages=v["num_stages"])
+        if not v.get("TMA"):
+            frag_kernel[grid](x, tiles, *args, **meta)
+            return out
+        tile = tiles.shape[-1]
+        row = max(16, tile // 256)  # bytes per descriptor row: at most 256 rows per plane tile
+        if k2 % (32 * v["FC"]) or (x.stride(0) * 2) % 16 or x.data_ptr() % 16:
+            raise ValueError("the TMA variant needs K2 in whole K steps and 16-byte x rows")
+        x_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [v["BLOCK_T"], 32 * v["FC"]])
+        t_desc = TensorDescriptor(tiles.view(-1, row), [tiles.numel() // row, row], [row, 1],
+                                  [tile // row, row])
+        frag_kernel_tma[grid](x_desc, t_desc, x, *args, ROW=row, **meta)
     return out
 
 
@@ -210,7 +265,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="q3_gate_up,q3_down,q3_gdn_out,q3_gdn_in,mg_down")
     parser.add_argument("--m", default="4,8,16")
     parser.add_argument("--variants", default="2x8x8x2,2x8x8x3,1x8x8x3,2x4x8x3,1x4x8x4,"
-                                              "2x4x16x3,2x8x16x2,2x2x16x4")
+                                              "2x4x16x3,2x8x16x2,2x4x8x3t,2x8x8x3t,1x8x8x3t,"
+                                              "2x4x16x3t")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--budget-s", type=float, default=240.0)

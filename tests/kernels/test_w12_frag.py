@@ -1,7 +1,8 @@
 """experiments/h200_w12_frag.py: W12 planes stored per tile in the order the ``mma.sync`` A operand
-holds them. The experiment's kernel must compute what the product's W12 GEMM computes (the pack
-permutation and the kernel's reshape/permute are inverses), and its plane tiles must reach the
-MMA with no layout conversion: one 16-byte ``cp.async`` and one ``LDS.128`` per thread and chunk.
+holds them. The experiment's kernels (``cp.async`` copies, and TMA copies) must compute what the
+product's W12 GEMM computes (the pack permutation and the kernel's reshape/permute are inverses),
+and the plane tiles must reach the MMA with no layout conversion: one 16-byte ``cp.async`` and
+one ``LDS.128`` per thread and chunk.
 Its speed lives in ``experiments/results/h200-2026-12-02-w12-frag-flat.json``."""
 
 import json
@@ -26,6 +27,9 @@ import h200_w12_frag as frag  # noqa: E402
     (3, 399, 70, "2x4x16x3"),  # odd K, N past the last row tile, 2 K steps (one padded)
     (5, 530, 33, "1x8x8x4"),  # 8-token tile, 256-pair steps
     (16, 260, 64, "4x2x16x2v2"),  # 4 warps
+    # TMA copies of the plane tiles (16- and 32-byte descriptor rows) and of x (zero past M)
+    (3, 512, 70, "2x4x16x3t"),
+    (5, 1024, 33, "2x8x8x3t"),
 ])
 def test_fragment_kernel_computes_what_the_w12_gemm_computes(m, k, n, variant):
     torch.manual_seed(0)
@@ -37,6 +41,16 @@ def test_fragment_kernel_computes_what_the_w12_gemm_computes(m, k, n, variant):
     out = frag.frag_call(x, frag.frag_pack(packed, v["W"], v["FC"]), packed, v)
     # same products in the same K order, and the same escape epilogue: the same bits
     assert torch.equal(out, w12_gemm(x, packed))
+
+
+def test_fragment_tma_variant_refuses_what_its_copies_cannot_do():
+    """x rows the TMA cannot address (not 16-byte multiples) are refused with a message."""
+    w = synthetic_weight(40, 1023, torch.device("cpu"), 0)
+    packed = w12.pack(w)
+    v = frag.parse_variant("1x4x8x4t")
+    with pytest.raises(ValueError, match="16-byte x rows"):
+        frag.frag_call(torch.randn(5, 1023).to(torch.bfloat16),
+                       frag.frag_pack(packed, v["W"], v["FC"]), packed, v)
 
 
 def test_fragment_pack_is_a_permutation_of_each_tile():
