@@ -72,6 +72,25 @@ def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
     return tl.reshape(t, [16 * W, 32 * FC])
 
 
+@triton.jit
+def frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC: tl.constexpr, W: tl.constexpr,
+             ASM: tl.constexpr):
+    """One K step on loaded plane tiles (flat, stored order) and x^T tiles: both halves."""
+    acc = dot_acc(frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W), xa, acc, False)
+    return dot_acc(frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W), xb, acc, False)
+
+
+@triton.jit
+def frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+               offs_t, offs_n, M, N, ESC_CHUNK: tl.constexpr):
+    """The product kernel's epilogue: scale, the rows' escapes, store."""
+    out_t = tl.trans(acc) * scale
+    start, count = escape_rows(row_ptr, offs_n, offs_n < N)
+    out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+                          esc_delta_ptr, ESC_CHUNK)
+    store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+
+
 @triton.jit(do_not_specialize=["M"])
 def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N, K, K2,
                 stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -99,13 +118,9 @@ def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, 
                      other=0.0)
         xb = tl.load(x_cols + K2 + offs_j[:, None],
                      mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
-        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W), xa, acc, False)
-        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W), xb, acc, False)
-    out_t = tl.trans(acc) * scale
-    start, count = escape_rows(row_ptr, offs_n, offs_n < N)
-    out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
-                          esc_delta_ptr, ESC_CHUNK)
-    store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+        acc = frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC, W, ASM)
+    frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+               offs_t, offs_n, M, N, ESC_CHUNK)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -134,13 +149,9 @@ def frag_kernel_tma(x_desc, tiles_desc, x_ptr, row_ptr, esc_col_ptr, esc_delta_p
         sm_b = tl.reshape(tiles_desc.load([row + 2 * ROWS, 0]), [TILE])
         xa = tl.trans(x_desc.load([pid_t * BLOCK_T, s * BLOCK_K]))
         xb = tl.trans(x_desc.load([pid_t * BLOCK_T, K2 + s * BLOCK_K]))
-        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W), xa, acc, False)
-        acc = dot_acc(frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W), xb, acc, False)
-    out_t = tl.trans(acc) * scale
-    start, count = escape_rows(row_ptr, offs_n, offs_n < N)
-    out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
-                          esc_delta_ptr, ESC_CHUNK)
-    store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+        acc = frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC, W, ASM)
+    frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+               offs_t, offs_n, M, N, ESC_CHUNK)
 
 
 def frag_pack(packed, w_tiles: int, fc: int) -> torch.Tensor:
