@@ -1,6 +1,8 @@
 """Triton skinny bf16 GEMM for decode (M = 1) and verify (M = 2..64): ``out = x @ weight^T``.
 
-Two kernels, both streaming the weight once with evict-first loads and an fp32 accumulator:
+Kernel families, each streaming the weight once with an fp32 accumulator (evict-first loads where
+the loads are per thread); the stream-K variants of the first two are ``_gemv_sk`` and
+``_dot_sk``:
 
 - ``skinny_gemm_fwd_kernel_gemv`` (M <= 2): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
   product tile per row is reduced over K once at the end.
@@ -12,7 +14,7 @@ Two kernels, both streaming the weight once with evict-first loads and an fp32 a
   sm_90 one ``cp.async.bulk.tensor`` per tile instead of a 16-byte ``cp.async`` per thread and
   vector, and no masks: rows and columns past the tensor arrive as zeros).
 
-Both split K deterministically (:mod:`specpilot.kernels.common.epilogue`).
+All split K deterministically (:mod:`specpilot.kernels.common.epilogue`).
 """
 
 import torch
