@@ -224,10 +224,11 @@ def bench_shape(name, ms, variants, base, rounds, reps):
     nw = num_copies_for(packed.nbytes)
     bf16_copies = [w] + [w.clone() for _ in range(nb - 1)]
     w12_copies = [packed] + [packed.clone() for _ in range(nw - 1)]
-    frag_copies = {}
-    for label, v in variants.items():
-        t = frag_pack(packed, v["W"], v["FC"])
-        frag_copies[label] = [t] + [t.clone() for _ in range(nw - 1)]
+    frag_copies = {}  # per (W, FC): the variants of one tile shape stream the same copies
+    for v in variants.values():
+        if (v["W"], v["FC"]) not in frag_copies:
+            t = frag_pack(packed, v["W"], v["FC"])
+            frag_copies[v["W"], v["FC"]] = [t] + [t.clone() for _ in range(nw - 1)]
     rows = []
     for m in ms:
         x = x_all[:m].contiguous()
@@ -239,7 +240,7 @@ def bench_shape(name, ms, variants, base, rounds, reps):
             if v["BLOCK_T"] < 16 and m > v["BLOCK_T"]:
                 continue
             calls[label] = [lambda t=t, c=c, v=v: frag_call(x, t, c, v)
-                            for t, c in zip(frag_copies[label], w12_copies)]
+                            for t, c in zip(frag_copies[v["W"], v["FC"]], w12_copies)]
         row = {"shape": name, "K": k, "N": n, "M": m, "bf16_config": bf16_cfg,
                "w12_config": w12_cfg, "checks": {}, "rounds_us": {}}
         for label, fns in list(calls.items()):
@@ -259,8 +260,8 @@ def bench_shape(name, ms, variants, base, rounds, reps):
         bf16 = row["median_us"]["bf16"]
         row["over_bf16"] = {lbl: t / bf16 for lbl, t in row["median_us"].items()}
         rows.append(row)
-        frags = " ".join(f"{lbl} {t:.1f}" for lbl, t in row["median_us"].items())
-        print(f"  {frags}", flush=True)
+        medians = " ".join(f"{lbl} {t:.1f}" for lbl, t in row["median_us"].items())
+        print(f"  {medians}", flush=True)
         best = min((lbl for lbl in row["median_us"] if lbl not in ("bf16", "w12")),
                    key=row["median_us"].get, default=None)
         print(f"{name:13} M={m:2} bf16 {bf16:7.1f}  w12 {row['median_us']['w12']:7.1f} "

@@ -69,8 +69,8 @@ CASES = {
     "gate_up_m4_w12_dot_t4": ("q3_gate_up", 4, "w12", {**_DOT, "BLOCK_T_MIN": 4}),
     "gate_up_m8_w12_dot": ("q3_gate_up", 8, "w12", _DOT),
     "gate_up_m8_w12_dot_t8": ("q3_gate_up", 8, "w12", {**_DOT, "BLOCK_T_MIN": 8}),
-    # the sweep's winner at M = 4 (32 x 256 pairs, 2 stages, 8 tokens) and the same tile on
-    # fragment-order planes (h200_w12_frag.py: 1.57x slower), and its best fragment variant
+    # the sweep's winner at M = 4 (32 x 256 pairs, 2 stages, 8 tokens), the same tile on
+    # fragment-order planes (h200_w12_frag.py) and another fragment variant
     "gate_up_m4_w12_dot_k256": ("q3_gate_up", 4, "w12",
                                 {**_DOT, "BLOCK_K": 256, "num_stages": 2, "BLOCK_T_MIN": 8}),
     "gate_up_m4_frag_2x8x8x2": ("q3_gate_up", 4, "frag", "2x8x8x2"),
