@@ -124,6 +124,45 @@ def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, 
 
 
 @triton.jit(do_not_specialize=["M"])
+def frag_kernel_regs(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N, K, K2,
+                     stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr,
+                     BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr):
+    """:func:`frag_kernel` with no shared memory for the planes: each thread's 16-byte runs go
+    from global memory straight to its registers (compiled with one stage, so Triton's pipeliner
+    does not stage them), and step s + 1's planes are loaded before step s's MMAs (a register
+    double buffer; the load past the last step is masked off, so no byte moves twice)."""
+    BLOCK_N: tl.constexpr = 16 * W
+    BLOCK_K: tl.constexpr = 32 * FC
+    TILE: tl.constexpr = BLOCK_N * BLOCK_K
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < M
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    row_tiles = tiles_ptr + pid_n.to(tl.int64) * KT * (3 * TILE) + tl.arange(0, TILE)
+    nib = tl.load(row_tiles, eviction_policy="evict_first")
+    sm_a = tl.load(row_tiles + TILE, eviction_policy="evict_first")
+    sm_b = tl.load(row_tiles + 2 * TILE, eviction_policy="evict_first")
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for s in range(0, KT):
+        more = s + 1 < KT
+        p = row_tiles + (s + 1) * (3 * TILE)
+        nib_next = tl.load(p, mask=more, other=0, eviction_policy="evict_first")
+        sm_a_next = tl.load(p + TILE, mask=more, other=0, eviction_policy="evict_first")
+        sm_b_next = tl.load(p + 2 * TILE, mask=more, other=0, eviction_policy="evict_first")
+        offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
+        xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
+                     other=0.0)
+        xb = tl.load(x_cols + K2 + offs_j[:, None],
+                     mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
+        acc = frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC, W, ASM)
+        nib, sm_a, sm_b = nib_next, sm_a_next, sm_b_next
+    frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
+               offs_t, offs_n, M, N, ESC_CHUNK)
+
+
+@triton.jit(do_not_specialize=["M"])
 def frag_kernel_tma(x_desc, tiles_desc, x_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N,
                     K, K2, stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr,
                     BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr,
@@ -172,13 +211,16 @@ def frag_pack(packed, w_tiles: int, fc: int) -> torch.Tensor:
 
 def parse_variant(text: str) -> dict:
     """``W x FC x BLOCK_T x stages``, then ``v2`` (mma.sync for 4+ warps) and / or ``t`` (the
-    TMA kernel), e.g. ``2x4x8x3`` or ``2x4x8x3t``."""
-    tma = text.endswith("t")
-    text = text.removesuffix("t")
+    TMA kernel) or ``r`` (planes prefetched into registers; one stage), e.g. ``2x4x8x3``,
+    ``2x4x8x3t`` or ``2x4x8x1r``."""
+    tma, regs = text.endswith("t"), text.endswith("r")
+    text = text.removesuffix("t").removesuffix("r")
     v2 = text.endswith("v2")
     w_tiles, fc, bt, stages = (int(a) for a in text.removesuffix("v2").split("x"))
+    if regs and stages != 1:
+        raise ValueError(f"variant {text}r: register prefetch compiles with one stage")
     return {"W": w_tiles, "FC": fc, "BLOCK_T": bt, "num_stages": stages, "MMA_V2": v2,
-            "TMA": tma}
+            "TMA": tma, "REGS": regs}
 
 
 def frag_call(x, tiles, packed, v: dict):
@@ -191,6 +233,9 @@ def frag_call(x, tiles, packed, v: dict):
     args = (packed.row_ptr, packed.esc_col, packed.esc_delta, out, m, n, k, k2, x.stride(0),
             window_scale(packed.base), tiles.shape[1])
     with mma_v2_compile(v["MMA_V2"]):
+        if v.get("REGS"):
+            frag_kernel_regs[grid](x, tiles, *args, **meta)
+            return out
         if not v.get("TMA"):
             frag_kernel[grid](x, tiles, *args, **meta)
             return out

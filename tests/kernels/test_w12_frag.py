@@ -30,6 +30,9 @@ import h200_w12_frag as frag  # noqa: E402
     # TMA copies of the plane tiles (16- and 32-byte descriptor rows) and of x (zero past M)
     (3, 512, 70, "2x4x16x3t"),
     (5, 1024, 33, "2x8x8x3t"),
+    # planes straight to registers, the next step's prefetched (odd K: the last load masked off)
+    (3, 399, 70, "2x4x16x1r"),
+    (5, 530, 33, "1x8x8x1r"),
 ])
 def test_fragment_kernel_computes_what_the_w12_gemm_computes(m, k, n, variant):
     torch.manual_seed(0)
