@@ -27,6 +27,7 @@ copies, median of 15 each); the record holds every round and their median.
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -82,25 +83,34 @@ def frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC: tl.constexpr, W: tl.constexpr,
 
 @triton.jit
 def frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
-               offs_t, offs_n, M, N, ESC_CHUNK: tl.constexpr):
-    """The product kernel's epilogue: scale, the rows' escapes, store."""
+               offs_t, offs_n, M, N, ESC_CHUNK: tl.constexpr, ws_ptr=None, lock_ptr=None,
+               tile_id=0, pid_k=0, SPLIT_K: tl.constexpr = 1):
+    """The product kernel's epilogue: scale, the rows' escapes (split 0 only), store (split K:
+    the deterministic last-arriver sum of :func:`store_splitk`)."""
     out_t = tl.trans(acc) * scale
-    start, count = escape_rows(row_ptr, offs_n, offs_n < N)
+    start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
     out_t = apply_escapes(out_t, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
                           esc_delta_ptr, ESC_CHUNK)
-    store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+    if SPLIT_K == 1:
+        store_splitk(out_t, out_ptr, out_ptr, out_ptr, offs_t, offs_n, M, N, 0, 0, 1)
+    else:
+        store_splitk(out_t, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k,
+                     SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["M"])
-def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N, K, K2,
-                stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
-                ESC_CHUNK: tl.constexpr, ASM: tl.constexpr):
-    """Grid (M / BLOCK_T, N / (16 W)); the product's swap-AB step on fragment-order tiles."""
+def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr, lock_ptr,
+                M, N, K, K2, stride_xm, scale, KT, KT_PER, W: tl.constexpr, FC: tl.constexpr,
+                BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr,
+                SPLIT_K: tl.constexpr):
+    """Grid (M / BLOCK_T, N / (16 W), SPLIT_K); the product's swap-AB step on fragment-order
+    tiles, split ``pid_k`` taking K steps ``[pid_k * KT_PER, (pid_k + 1) * KT_PER)``."""
     BLOCK_N: tl.constexpr = 16 * W
     BLOCK_K: tl.constexpr = 32 * FC
     TILE: tl.constexpr = BLOCK_N * BLOCK_K
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     t_mask = offs_t < M
@@ -108,7 +118,7 @@ def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, 
     # one flat run per plane tile, so the copies are 16 bytes per lane in address order
     row_tiles = tiles_ptr + pid_n.to(tl.int64) * KT * (3 * TILE) + tl.arange(0, TILE)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for s in range(0, KT):
+    for s in range(pid_k * KT_PER, tl.minimum(KT, (pid_k + 1) * KT_PER)):
         p = row_tiles + s * (3 * TILE)
         nib = tl.load(p, eviction_policy="evict_first")
         sm_a = tl.load(p + TILE, eviction_policy="evict_first")
@@ -120,46 +130,48 @@ def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, 
                      mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
         acc = frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC, W, ASM)
     frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
-               offs_t, offs_n, M, N, ESC_CHUNK)
+               offs_t, offs_n, M, N, ESC_CHUNK, ws_ptr, lock_ptr,
+               pid_t * tl.num_programs(1) + pid_n, pid_k, SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["M"])
-def frag_kernel_regs(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N, K, K2,
-                     stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr,
-                     BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr):
-    """:func:`frag_kernel` with no shared memory for the planes: each thread's 16-byte runs go
-    from global memory straight to its registers (compiled with one stage, so Triton's pipeliner
-    does not stage them), and step s + 1's planes are loaded before step s's MMAs (a register
-    double buffer; the load past the last step is masked off, so no byte moves twice)."""
+def frag_gemv_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
+                     lock_ptr, M, N, K, K2, stride_xm, scale, KT, KT_PER, W: tl.constexpr,
+                     FC: tl.constexpr, BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr,
+                     ASM: tl.constexpr, SPLIT_K: tl.constexpr):
+    """M == 1 on the same tiles, no MMA: grid (1, N / (16 W), SPLIT_K). Each thread multiplies
+    its 16 bytes of a chunk by the x values of their columns and sums what it holds of one row
+    (column bits c, e3, e1 e0: registers), so a step leaves two partial sums per thread; the four
+    lanes of a row (bits t) are summed once, after the K loop."""
     BLOCK_N: tl.constexpr = 16 * W
     BLOCK_K: tl.constexpr = 32 * FC
     TILE: tl.constexpr = BLOCK_N * BLOCK_K
-    pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    t_mask = offs_t < M
-    x_cols = x_ptr + offs_t[None, :] * stride_xm
     row_tiles = tiles_ptr + pid_n.to(tl.int64) * KT * (3 * TILE) + tl.arange(0, TILE)
-    nib = tl.load(row_tiles, eviction_policy="evict_first")
-    sm_a = tl.load(row_tiles + TILE, eviction_policy="evict_first")
-    sm_b = tl.load(row_tiles + 2 * TILE, eviction_policy="evict_first")
-    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for s in range(0, KT):
-        more = s + 1 < KT
-        p = row_tiles + (s + 1) * (3 * TILE)
-        nib_next = tl.load(p, mask=more, other=0, eviction_policy="evict_first")
-        sm_a_next = tl.load(p + TILE, mask=more, other=0, eviction_policy="evict_first")
-        sm_b_next = tl.load(p + 2 * TILE, mask=more, other=0, eviction_policy="evict_first")
-        offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
-        xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
-                     other=0.0)
-        xb = tl.load(x_cols + K2 + offs_j[:, None],
-                     mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
-        acc = frag_mac(acc, nib, sm_a, sm_b, xa, xb, FC, W, ASM)
-        nib, sm_a, sm_b = nib_next, sm_a_next, sm_b_next
-    frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr,
-               offs_t, offs_n, M, N, ESC_CHUNK)
+    # the pair column of each held byte: 32 c + 16 e3 + 4 t + (e1 e0), shaped as the tile
+    cols = (tl.arange(0, FC)[:, None, None, None, None, None, None] * 32
+            + tl.arange(0, 4)[None, None, None, :, None, None, None] * 4
+            + tl.arange(0, 2)[None, None, None, None, :, None, None] * 16
+            + tl.arange(0, 4)[None, None, None, None, None, None, :])
+    acc = tl.zeros([W, 8, 4, 2], dtype=tl.float32)  # w, g, t, e2
+    for s in range(pid_k * KT_PER, tl.minimum(KT, (pid_k + 1) * KT_PER)):
+        p = row_tiles + s * (3 * TILE)
+        nib = tl.load(p, eviction_policy="evict_first")
+        j = s * BLOCK_K + cols
+        xa = tl.load(x_ptr + j, mask=j < K2, other=0.0).to(tl.float32)
+        xb = tl.load(x_ptr + K2 + j, mask=K2 + j < K, other=0.0).to(tl.float32)
+        for half in tl.static_range(2):
+            sm = tl.load(p + (1 + half) * TILE, eviction_policy="evict_first")
+            w = w12_decode_scaled(sm, nib, half == 1, ASM).to(tl.float32)
+            w = tl.reshape(w, [FC, W, 8, 4, 2, 2, 4])  # c, w, g, t, e3, e2, e1 e0
+            prod = w * (xb if half == 1 else xa)
+            acc += tl.sum(tl.sum(tl.sum(prod, axis=6), axis=4), axis=0)
+    y = tl.reshape(tl.permute(tl.sum(acc, axis=2), [0, 2, 1]), [BLOCK_N])  # rows (w, e2, g)
+    frag_store(y[:, None], scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
+               out_ptr, tl.arange(0, 1), offs_n, M, N, ESC_CHUNK, ws_ptr, lock_ptr, pid_n,
+               pid_k, SPLIT_K)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -210,34 +222,48 @@ def frag_pack(packed, w_tiles: int, fc: int) -> torch.Tensor:
 
 
 def parse_variant(text: str) -> dict:
-    """``W x FC x BLOCK_T x stages``, then ``v2`` (mma.sync for 4+ warps) and / or ``t`` (the
-    TMA kernel) or ``r`` (planes prefetched into registers; one stage), e.g. ``2x4x8x3``,
-    ``2x4x8x3t`` or ``2x4x8x1r``."""
-    tma, regs = text.endswith("t"), text.endswith("r")
-    text = text.removesuffix("t").removesuffix("r")
-    v2 = text.endswith("v2")
-    w_tiles, fc, bt, stages = (int(a) for a in text.removesuffix("v2").split("x"))
-    if regs and stages != 1:
-        raise ValueError(f"variant {text}r: register prefetch compiles with one stage")
-    return {"W": w_tiles, "FC": fc, "BLOCK_T": bt, "num_stages": stages, "MMA_V2": v2,
-            "TMA": tma, "REGS": regs}
+    """``W x FC x BLOCK_T x stages``, then ``v2`` (mma.sync for 4+ warps), ``kS`` (S-way split
+    K), and ``t`` (the TMA kernel) or ``g`` (the M = 1 GEMV), e.g. ``2x4x8x3``, ``1x8x8x1k4``,
+    ``2x4x8x3t`` or ``1x8x8x1k2g``."""
+    got = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(v2)?(?:k(\d+))?([tg])?", text)
+    if got is None:
+        raise ValueError(f"variant {text!r}: expected W x FC x BLOCK_T x stages[v2][kS][t|g]")
+    w_tiles, fc, bt, stages = (int(a) for a in got.groups()[:4])
+    return {"W": w_tiles, "FC": fc, "BLOCK_T": bt, "num_stages": stages,
+            "MMA_V2": bool(got[5]), "SPLIT_K": int(got[6] or 1), "TMA": got[7] == "t",
+            "GEMV": got[7] == "g"}
+
+
+_SPLIT_BUFFERS = {}  # (device, M, N, tiles): the split-K workspace and its zeroed counters
+
+
+def split_buffers(x, n: int, splits: int, tiles: int):
+    key = (x.device, x.shape[0], n, tiles)
+    if splits > 1 and key not in _SPLIT_BUFFERS:
+        _SPLIT_BUFFERS[key] = (torch.empty((8, x.shape[0], n), dtype=torch.float32,
+                                           device=x.device),
+                               torch.zeros(tiles, dtype=torch.int32, device=x.device))
+    return _SPLIT_BUFFERS.get(key, (x, x))
 
 
 def frag_call(x, tiles, packed, v: dict):
     m, k = x.shape
     n, k2 = packed.shape[0], packed.k_half
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(m, v["BLOCK_T"]), triton.cdiv(n, 16 * v["W"]))
+    kt, splits = tiles.shape[1], v.get("SPLIT_K", 1)
+    if splits > 8 or (v.get("GEMV") and m != 1) or (v.get("TMA") and splits > 1):
+        raise ValueError(f"variant {v}: at most 8 splits; the GEMV runs M = 1; TMA: no split")
+    grid = (triton.cdiv(m, v["BLOCK_T"]), triton.cdiv(n, 16 * v["W"]), splits)
     meta = {"W": v["W"], "FC": v["FC"], "BLOCK_T": v["BLOCK_T"], "ESC_CHUNK": 1,
             "ASM": int(x.is_cuda), "num_warps": v["W"], "num_stages": v["num_stages"]}
-    args = (packed.row_ptr, packed.esc_col, packed.esc_delta, out, m, n, k, k2, x.stride(0),
-            window_scale(packed.base), tiles.shape[1])
+    esc = (packed.row_ptr, packed.esc_col, packed.esc_delta, out)
+    shape = (m, n, k, k2, x.stride(0), window_scale(packed.base), kt)
     with mma_v2_compile(v["MMA_V2"]):
-        if v.get("REGS"):
-            frag_kernel_regs[grid](x, tiles, *args, **meta)
-            return out
         if not v.get("TMA"):
-            frag_kernel[grid](x, tiles, *args, **meta)
+            ws, locks = split_buffers(x, n, splits, grid[0] * grid[1])
+            kernel = frag_gemv_kernel if v.get("GEMV") else frag_kernel
+            kernel[grid](x, tiles, *esc, ws, locks, *shape, triton.cdiv(kt, splits),
+                         SPLIT_K=splits, **meta)
             return out
         tile = tiles.shape[-1]
         row = max(16, tile // 256)  # bytes per descriptor row: at most 256 rows per plane tile
@@ -246,7 +272,7 @@ def frag_call(x, tiles, packed, v: dict):
         x_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [v["BLOCK_T"], 32 * v["FC"]])
         t_desc = TensorDescriptor(tiles.view(-1, row), [tiles.numel() // row, row], [row, 1],
                                   [tile // row, row])
-        frag_kernel_tma[grid](x_desc, t_desc, x, *args, ROW=row, **meta)
+        frag_kernel_tma[grid](x_desc, t_desc, x, *esc, *shape, ROW=row, **meta)
     return out
 
 
@@ -282,7 +308,7 @@ def bench_shape(name, ms, variants, base, rounds, reps):
         calls = {"bf16": [lambda c=c: skinny_gemm(x, c, config=bf16_cfg) for c in bf16_copies],
                  "w12": [lambda c=c: w12_gemm(x, c, config=w12_cfg) for c in w12_copies]}
         for label, v in variants.items():
-            if v["BLOCK_T"] < 16 and m > v["BLOCK_T"]:
+            if (v["BLOCK_T"] < 16 and m > v["BLOCK_T"]) or (v["GEMV"] and m != 1):
                 continue
             calls[label] = [lambda t=t, c=c, v=v: frag_call(x, t, c, v)
                             for t, c in zip(frag_copies[v["W"], v["FC"]], w12_copies)]

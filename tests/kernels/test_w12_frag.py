@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from specpilot.kernels import w12
+from specpilot.kernels.common.check import check_close
+from specpilot.kernels.common.check import gemm_exact
 from specpilot.kernels.tuning.ops import synthetic_weight
 from specpilot.kernels.w12_gemm.triton import w12_gemm
 
@@ -30,9 +32,7 @@ import h200_w12_frag as frag  # noqa: E402
     # TMA copies of the plane tiles (16- and 32-byte descriptor rows) and of x (zero past M)
     (3, 512, 70, "2x4x16x3t"),
     (5, 1024, 33, "2x8x8x3t"),
-    # planes straight to registers, the next step's prefetched (odd K: the last load masked off)
-    (3, 399, 70, "2x4x16x1r"),
-    (5, 530, 33, "1x8x8x1r"),
+    (5, 530, 33, "2x4x8x1"),  # one stage: the planes go straight to registers
 ])
 def test_fragment_kernel_computes_what_the_w12_gemm_computes(m, k, n, variant):
     torch.manual_seed(0)
@@ -44,6 +44,27 @@ def test_fragment_kernel_computes_what_the_w12_gemm_computes(m, k, n, variant):
     out = frag.frag_call(x, frag.frag_pack(packed, v["W"], v["FC"]), packed, v)
     # same products in the same K order, and the same escape epilogue: the same bits
     assert torch.equal(out, w12_gemm(x, packed))
+
+
+@pytest.mark.parametrize("m, k, n, variant", [
+    (3, 399, 70, "2x4x16x1k3"),  # 3 splits of 2 steps, the last one short; N past the tiles
+    (5, 1030, 33, "1x8x8x1k2"),
+    (1, 399, 70, "2x4x8x1g"),  # the GEMV
+    (1, 1030, 33, "1x8x8x1k3g"),  # the GEMV, split
+])
+def test_split_and_gemv_variants_match_the_exact_product_deterministically(m, k, n, variant):
+    """Split K and the GEMV sum in another order than the W12 GEMM, so they are held to the
+    exact result's tolerance (escapes applied once, by split 0), and to the same bits twice."""
+    torch.manual_seed(0)
+    w = synthetic_weight(n, k, torch.device("cpu"), 0, outlier_rate=2e-2)
+    packed = w12.pack(w)
+    v = frag.parse_variant(variant)
+    x = torch.randn(m, k).to(torch.bfloat16)
+    tiles = frag.frag_pack(packed, v["W"], v["FC"])
+    out = frag.frag_call(x, tiles, packed, v)
+    exact, abs_sum = gemm_exact(x, w)
+    assert check_close(variant, out, exact, abs_sum).ok
+    assert torch.equal(out, frag.frag_call(x, tiles, packed, v))
 
 
 def test_fragment_tma_variant_refuses_what_its_copies_cannot_do():
