@@ -8,10 +8,11 @@ Run from the repository root (torch + triton + numpy only; no install, no optuna
 1. Checks: W12 pack/unpack bit-exact on all 65,536 bf16 bit patterns and a real-shaped weight (both
    decodes), and every GEMM kernel family on odd shapes against the fp64 exact result.
 2. Per shape and M in {1, 2, 4, 8, 16, 32, 64}: cuBLAS (torch.matmul), a short sweep of the bf16
-   Triton GEMM (``skinny_gemm/space.py`` SWEEP + default) and of the W12 GEMM
-   (``w12_gemm/space.py``). Every config is checked against the exact result before it is timed (a
-   wrong one is recorded, never timed). Timing: CUDA-graph replays (median of 15) over rotating
-   weight copies (>= 3, and >= 3x L2 per round), so each call streams its weights from HBM.
+   Triton GEMM (``skinny_gemm/space.py`` SWEEP + default) and of the W12 GEMM on both plane
+   orders (``w12_gemm/space.py``: rows; ``w12f_gemm/space.py``: fragment order; the W12 goal
+   takes the faster per row, recorded as ``w12_best_op``). Every config is checked against the
+   exact result before it is timed (a wrong one is recorded, never timed). Timing: CUDA-graph
+   replays (median of 15) over rotating weight copies (>= 3, and >= 3x L2 per round), so each call streams its weights from HBM.
 3. Writes one JSON (environment fingerprint, checks, per-row roofline records, goal verdicts) after
    every shape, and prints a compact table last. A wall-clock budget (``--budget-s``) stops new
    sweep configs once spent, reusing the best config found so far for the remaining rows.
@@ -76,6 +77,7 @@ LARGE_BYTES = 150e6  # "large projection": bf16 weight of at least 150 MB
 GOAL_LABELS = {"triton_not_slower_than_cublas": "tri<=cub",
                "triton_ge_90pct_read_ceiling": "tri>=90%", "w12_le_0.80x_best_bf16": "w12<=0.8x"}
 DEV = torch.device("cpu" if CPU_SMOKE else "cuda")
+W12_OPS = ("w12_gemm", "w12f_gemm")  # the W12 GEMM on rows-order and on fragment-order planes
 
 
 def sync():
@@ -110,7 +112,10 @@ def run_checks():
                 ok, detail = False, f"{type(err).__name__}: {err}"[:300]
             records.append({"check": f"w12 unpack bit-exact ({decode}): {name}", "ok": ok,
                             "detail": detail, "escape_rate": packed.escape_rate})
-    for op_name in ("skinny_gemm", "w12_gemm"):
+        frag = w12.pack(w, order="frag")
+        records.append({"check": f"w12 frag-order unpack bit-exact: {name}",
+                        "ok": bits_equal(frag.unpack(), w)})
+    for op_name in ("skinny_gemm", *W12_OPS):
         op = get_op(op_name)
         for m, k, n in CHECK_SHAPES:
             case = op.make_case(m, n, k, DEV, 2)
@@ -172,11 +177,13 @@ def bench_shape(name, k, n, ms, ceiling, state):
     num_w12 = num_copies_for(packed.nbytes, minimum=min(3, MAX_COPIES), maximum=MAX_COPIES)
     bf16_copies = [w] + [w.clone() for _ in range(num_bf16 - 1)]
     w12_copies = [packed] + [packed.clone() for _ in range(num_w12 - 1)]
+    frag = packed.with_order("frag")
+    frag_copies = [frag] + [frag.clone() for _ in range(num_w12 - 1)]
     info = {"w12_nbytes": packed.nbytes, "w12_base": packed.base,
             "w12_escape_rate": packed.escape_rate, "w12_pack_s": pack_s,
             "bf16_copies": len(bf16_copies), "w12_copies": len(w12_copies)}
     rows = []
-    ops = {"skinny_gemm": get_op("skinny_gemm"), "w12_gemm": get_op("w12_gemm")}
+    ops = {name: get_op(name) for name in ("skinny_gemm", *W12_OPS)}
     for m in ms:
         state["over_budget"] = time.time() - state["start"] > state["budget_s"]
         x = x_all[:m].contiguous()
@@ -189,7 +196,8 @@ def bench_shape(name, k, n, ms, ceiling, state):
         row["cublas"] = {"ok": res.ok, "detail": str(res), "timing": timing.to_dict(),
                          "roofline": place("cublas", m, n, k, traffic, timing, ceiling).to_dict()}
         for op_name, copies, wbytes in (("skinny_gemm", bf16_copies, 2 * n * k),
-                                        ("w12_gemm", w12_copies, packed.nbytes)):
+                                        ("w12_gemm", w12_copies, packed.nbytes),
+                                        ("w12f_gemm", frag_copies, frag.nbytes)):
             case = Case(m, n, k, [(x, c) for c in copies], exact, abs_sum,
                         gemm_traffic(m, n, k, wbytes))
             row[op_name] = sweep(ops[op_name], case, m, n, k, ceiling, state)
@@ -198,11 +206,18 @@ def bench_shape(name, k, n, ms, ceiling, state):
     return rows
 
 
+def best_w12(row):
+    """The faster W12 GEMM of the row (either plane order; a deployment packs one order per
+    weight group, the recipe's ``w12_order``), with its op name."""
+    found = [{**row[op]["best"], "op": op} for op in W12_OPS if row.get(op, {}).get("best")]
+    return min(found, key=lambda b: b["timing"]["p50_us"], default=None)
+
+
 def verdicts(row):
     """Attach the issue's goals to one row."""
     cub = row["cublas"]["timing"]["p50_us"]
     tri = row["skinny_gemm"]["best"]
-    wq = row["w12_gemm"]["best"]
+    wq = best_w12(row)
     tri_us = tri["timing"]["p50_us"] if tri else None
     best_bf16 = min(cub, tri_us) if tri_us else cub
     goals = {"triton_not_slower_than_cublas": tri_us is not None and tri_us <= cub}
@@ -213,17 +228,20 @@ def verdicts(row):
         w12_us = wq["timing"]["p50_us"] if wq else None
         goals["w12_le_0.80x_best_bf16"] = w12_us is not None and w12_us <= 0.80 * best_bf16
     row["ratios"] = {"triton_over_cublas": tri_us / cub if tri_us else None,
-                     "w12_over_best_bf16": wq["timing"]["p50_us"] / best_bf16 if wq else None}
+                     "w12_over_best_bf16": wq["timing"]["p50_us"] / best_bf16 if wq else None,
+                     **{f"{op}_over_best_bf16": row[op]["best"]["timing"]["p50_us"] / best_bf16
+                        for op in W12_OPS if row.get(op, {}).get("best")}}
+    row["w12_best_op"] = wq["op"] if wq else None
     row["goals"] = goals
     return row
 
 
 def table(rows):
     head = (f"{'shape':<13}{'M':>3} {'cuBLAS':>8} {'TB/s':>5} {'triton':>8} {'TB/s':>5} "
-            f"{'%ceil':>5} {'w12':>8} {'w12/bf16':>8}  goals")
+            f"{'%ceil':>5} {'w12':>8} {'w12/bf16':>8} {'ord':>4}  goals")
     lines = [head, "-" * len(head)]
     for r in rows:
-        tri, wq = r["skinny_gemm"]["best"], r["w12_gemm"]["best"]
+        tri, wq = r["skinny_gemm"]["best"], best_w12(r)
         cub = r["cublas"]["roofline"]
         t_us = f"{tri['timing']['p50_us']:8.1f}" if tri else f"{'FAIL':>8}"
         t_bw = f"{tri['roofline']['tb_s']:5.2f}" if tri else f"{'-':>5}"
@@ -232,8 +250,9 @@ def table(rows):
         ratio = r["ratios"]["w12_over_best_bf16"]
         w_rat = f"{ratio:8.2f}" if ratio else f"{'-':>8}"
         marks = " ".join(("" if v else "MISS ") + GOAL_LABELS[g] for g, v in r["goals"].items())
+        order = {"w12_gemm": "rows", "w12f_gemm": "frag"}.get(wq["op"] if wq else "", "-")
         lines.append(f"{r['shape']:<13}{r['M']:>3} {cub['p50_us']:8.1f} {cub['tb_s']:5.2f} {t_us} "
-                     f"{t_bw} {t_pct} {w_us} {w_rat}  {marks}")
+                     f"{t_bw} {t_pct} {w_us} {w_rat} {order:>4}  {marks}")
     return "\n".join(lines)
 
 

@@ -55,25 +55,26 @@ class Models:
                                  f"setting {self.setting.name} runs {dtype}")
         target = self._w12_view("target", self.target, [
             name for name in linear_names(self.target)
-            if ("lm_head" if name == "lm_head" else "target") in recipe.w12])
+            if ("lm_head" if name == "lm_head" else "target") in recipe.w12], recipe.w12_order)
         drafter = self.drafter
         if "drafter" in recipe.w12 and drafter is not None:
-            drafter = self._w12_view("drafter", drafter, linear_names(drafter))
+            drafter = self._w12_view("drafter", drafter, linear_names(drafter), recipe.w12_order)
         return target, drafter
 
-    def _w12_view(self, role: str, model, names: list[str]):
+    def _w12_view(self, role: str, model, names: list[str], order: str):
         from specpilot.engines.models.layers import W12Weight
         from specpilot.engines.models.layers import w12_view
 
         if not names:
             return model
-        key = (role, tuple(names))
+        key = (role, tuple(names), order)
         if key not in self._w12_views:
             for name in names:
-                if (role, name) not in self._w12_weights:
+                if (role, name, order) not in self._w12_weights:
                     weight = model.get_submodule(name).weight
-                    self._w12_weights[role, name] = W12Weight(weight)
-            self._w12_views[key] = w12_view(model, {n: self._w12_weights[role, n] for n in names})
+                    self._w12_weights[role, name, order] = W12Weight(weight, order)
+            self._w12_views[key] = w12_view(model, {n: self._w12_weights[role, n, order]
+                                                    for n in names})
         return self._w12_views[key]
 
     def w12_nbytes(self) -> int:

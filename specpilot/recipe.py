@@ -19,6 +19,7 @@ _CHOICES = {
     "gemm": ("torch", "triton"),
     "verify_budget": ("static", "sps"),
     "gdn_snapshot": ("per-token", "fused"),
+    "w12_order": ("rows", "frag"),
 }
 W12_GROUPS = ("target", "drafter", "lm_head")
 MAX_TREE_NODES = 256  # verify rows of one tree step; also a ring KV's rows per forward (Muse: 256)
@@ -63,6 +64,10 @@ class Recipe:
     w12: tuple[str, ...] = ()
     """Weight groups stored as lossless 12-bit W12 (``target`` linears, ``drafter`` linears,
     ``lm_head``); their GEMMs decode W12 in registers whatever ``gemm`` says. bf16 engines only."""
+    w12_order: str = "rows"
+    """Byte order of the W12 planes (``specpilot.kernels.w12.format``): ``rows`` (the GEMMs of
+    ``kernels/w12_gemm``) or ``frag``, blocks in mma fragment order read straight into registers
+    (``kernels/w12f_gemm``: faster at M = 2-16, not at M = 1 on narrow projections)."""
     tree_branches: int = 1
     """Tree verification: candidates (the drafter's top-k) at each branching draft position; 1 = a
     chain (no tree). Greedy (temperature 0) and single-request only (``engines/decode/tree.py``)."""
@@ -131,6 +136,9 @@ class Recipe:
             raise SpecPilotError(f"recipe {self.name!r}: w12 must be a list of distinct weight "
                                  f"groups from {W12_GROUPS}, got {groups!r}")
         object.__setattr__(self, "w12", tuple(g for g in W12_GROUPS if g in groups))
+        if self.w12_order != "rows" and not self.w12:
+            raise SpecPilotError(f"recipe {self.name!r}: w12_order {self.w12_order!r} orders W12 "
+                                 "planes, but w12 packs no weight group")
         if "drafter" in self.w12 and not self.speculative:
             raise SpecPilotError(f"recipe {self.name!r}: w12 'drafter' needs a speculative recipe "
                                  "(autoregressive decoding runs no drafter)")
@@ -326,7 +334,7 @@ def merge_field(field: str, old, new):
 _ADDED_FIELDS = {"w12": (), "batched_prefill": False, "gdn_snapshot": "per-token",
                  "admit_ratio": 0.0, "admit_max_wait_steps": 0, "verify_widths": (),
                  "two_stage": (), "draft_depth": 1,
-                 "overlap_schedule": False}
+                 "overlap_schedule": False, "w12_order": "rows"}
 """Fields added after recipes were first hashed, with the default that leaves them out of it."""
 
 STOCK = Recipe(name="stock")

@@ -92,6 +92,16 @@ def test_recipe_rejects_bad_w12(w12, message):
         Recipe(name="bad", w12=w12)
 
 
+def test_recipe_w12_order():
+    assert STOCK.w12_order == "rows"
+    with pytest.raises(SpecPilotError, match="w12_order must be one of"):
+        STOCK.replace(w12=("target",), w12_order="columns")
+    with pytest.raises(SpecPilotError, match="w12 packs no weight group"):
+        STOCK.replace(w12_order="frag")
+    frag = STOCK.replace(w12=("target",), w12_order="frag")
+    assert frag.hash() != STOCK.replace(w12=("target",)).hash()
+
+
 def test_recipe_rejects_w12_drafter_without_speculation():
     with pytest.raises(SpecPilotError, match="w12 'drafter' needs a speculative recipe"):
         AR.replace(w12=("drafter",))
@@ -115,7 +125,7 @@ def test_recipe_hash_covers_w12():
     # hash of recipes that leave them at their defaults)
     new_fields = ("name", "w12", "tree_branches", "tree_positions", "tree_max_nodes",
                   "batched_prefill", "gdn_snapshot", "admit_ratio", "admit_max_wait_steps",
-                  "verify_widths", "two_stage", "draft_depth", "overlap_schedule")
+                  "verify_widths", "two_stage", "draft_depth", "overlap_schedule", "w12_order")
     old = {k: v for k, v in STOCK.to_dict().items() if k not in new_fields}
     assert STOCK.hash() == stable_hash(old)
 
@@ -140,18 +150,25 @@ def test_views_share_weights_and_are_cached(bf16_models):
     ours, theirs = dict(view.named_parameters()), dict(m.target.named_parameters())
     assert ours.keys() == theirs.keys() and all(ours[k] is theirs[k] for k in ours)
     num_weights = sum(view.get_submodule(n).weight.numel() for n in packed)
-    num_bytes = sum(m._w12_weights["target", n].nbytes for n in packed)
+    num_bytes = sum(m._w12_weights["target", n, "rows"].nbytes for n in packed)
     # 1.5 B per weight plus escapes; the tiny model's down_proj (K2 = 432) pads to 448 pairs
     assert 1.5 * num_weights <= num_bytes < 1.6 * num_weights
 
     before = dict(m._w12_weights)
     everything = m.engine(STOCK.replace(name="c", w12=ALL))
-    assert set(m._w12_weights) == ({("target", n) for n in layers.linear_names(m.target)}
-                                   | {("drafter", n) for n in layers.linear_names(m.drafter)})
+    assert set(m._w12_weights) == (
+        {("target", n, "rows") for n in layers.linear_names(m.target)}
+        | {("drafter", n, "rows") for n in layers.linear_names(m.drafter)})
     assert all(m._w12_weights[k] is w for k, w in before.items())  # nothing packed twice
     assert m.w12_nbytes() == sum(w.nbytes for w in m._w12_weights.values())
     assert everything.drafter is not m.drafter
-    assert everything.target.get_submodule("lm_head").w12 is m._w12_weights["target", "lm_head"]
+    assert everything.target.get_submodule("lm_head").w12 is m._w12_weights[
+        "target", "lm_head", "rows"]
+    # the fragment order packs its own copies, and a view of its own
+    frag = m.engine(STOCK.replace(name="d", w12=("target",), w12_order="frag"))
+    assert frag.target is not view
+    assert frag.target.get_submodule("lm_head").w12 is None
+    assert frag.target.get_submodule(sorted(packed)[0]).w12.packed.order == "frag"
 
 
 def test_ar_decode_with_w12_target_is_exact_on_cpu(bf16_models, prompts):
@@ -166,9 +183,10 @@ def test_ar_decode_with_w12_target_is_exact_on_cpu(bf16_models, prompts):
                            teacher_forced_logits(bf16, full, len(full)))
 
 
-def test_speculative_decode_with_every_group_packed_is_exact_on_cpu(bf16_models, prompts):
+@pytest.mark.parametrize("order", ["rows", "frag"])
+def test_speculative_decode_with_every_group_packed_is_exact_on_cpu(bf16_models, prompts, order):
     bf16 = bf16_models.engine(STOCK)
-    w12 = bf16_models.engine(STOCK.replace(name="stock_w12", w12=ALL))
+    w12 = bf16_models.engine(STOCK.replace(name="stock_w12", w12=ALL, w12_order=order))
     params = SamplingParams(max_new_tokens=6, ignore_eos=True)
     ref, out = bf16.generate(prompts[2], params), w12.generate(prompts[2], params)
     assert (out.tokens, out.accept_lengths) == (ref.tokens, ref.accept_lengths)
@@ -282,9 +300,11 @@ def test_linear_with_bias_through_w12_gemm(w12_kernel):
         assert result.ok, str(result)
 
 
-def test_ar_logits_with_w12_gemm_match_bf16(w12_kernel, small_models):
+@pytest.mark.parametrize("order", ["rows", "frag"])
+def test_ar_logits_with_w12_gemm_match_bf16(w12_kernel, small_models, order):
     bf16 = small_models.engine(AR)
-    w12 = small_models.engine(AR.replace(name="ar_w12", w12=("target", "lm_head")))
+    w12 = small_models.engine(AR.replace(name="ar_w12", w12=("target", "lm_head"),
+                                         w12_order=order))
     ids = torch.randint(1, 256, (9,), generator=torch.Generator().manual_seed(0)).tolist()
     # prefill: 6 rows (the dot kernel), then 3 decode steps (the gemv kernel)
     ref = teacher_forced_logits(bf16, ids, 6)
@@ -294,11 +314,14 @@ def test_ar_logits_with_w12_gemm_match_bf16(w12_kernel, small_models):
     torch.testing.assert_close(out, ref, rtol=0, atol=ulps(ref.abs().max().item(), 4))
 
 
-def test_ar_greedy_with_w12_gemm_passes_validation(w12_kernel, small_models):
+@pytest.mark.parametrize("order", ["rows", "frag"])
+def test_ar_greedy_with_w12_gemm_passes_validation(w12_kernel, small_models, order):
     """Token forcing against the bf16 AR engine under the product rule (near-ties only, at most
-    0.1% of tokens): on these few tokens that means the greedy tokens are equal."""
+    0.1% of tokens): on these few tokens that means the greedy tokens are equal. Both plane
+    orders (``frag``: the GEMMs of kernels/w12f_gemm)."""
     bf16 = small_models.engine(AR)
-    w12 = small_models.engine(AR.replace(name="ar_w12", w12=("target", "lm_head")))
+    w12 = small_models.engine(AR.replace(name="ar_w12", w12=("target", "lm_head"),
+                                         w12_order=order))
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, 256, (n,), generator=gen).tolist() for n in (4, 11)]
     params = SamplingParams(max_new_tokens=4, ignore_eos=True)

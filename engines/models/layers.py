@@ -215,11 +215,15 @@ class W12Weight:
     multiplies it with ``F.linear``. The decoded block is bit-identical to the original rows, so
     that path computes the GEMM the unpacked engine computes, block by block; on CPU it gives that
     engine's bits exactly.
+
+    ``order`` is the planes' byte order (the recipe's ``w12_order``): ``"frag"`` runs the GEMMs of
+    :mod:`specpilot.kernels.w12f_gemm`; its decode path re-lays each block's planes in rows order
+    first (a few extra passes over the block's 1.5 bytes per weight).
     """
 
     BLOCK_WEIGHTS = 1 << 24
 
-    def __init__(self, weight: torch.Tensor):
+    def __init__(self, weight: torch.Tensor, order: str = "rows"):
         from specpilot.kernels import w12
 
         weight = weight.detach()
@@ -229,7 +233,7 @@ class W12Weight:
                 raise ValueError(f"W12 is lossless for bf16 values only: this {weight.dtype} "
                                  "weight holds values bf16 cannot represent")
             weight = as_bf16
-        self.packed = w12.pack(weight)
+        self.packed = w12.pack(weight, order)
         self.blocks = self.packed.row_blocks(self.BLOCK_WEIGHTS)  # [N_i, K], N_i summing to N
 
     @property
@@ -243,11 +247,13 @@ class W12Weight:
         if (x.dtype in (torch.bfloat16, torch.float32) and x.shape[0] <= max_rows
                 and use_w12_kernel(x)):
             from specpilot.kernels import w12_gemm
+            from specpilot.kernels import w12f_gemm
 
+            gemm = w12f_gemm if self.packed.order == "frag" else w12_gemm
             if bias is None:
-                return w12_gemm.linear(x, self.packed)
+                return gemm.linear(x, self.packed)
             # add the bias to the fp32 accumulator and round once, as F.linear does
-            out = w12_gemm.linear(x, self.packed, out_dtype=torch.float32)
+            out = gemm.linear(x, self.packed, out_dtype=torch.float32)
             return (out + bias.float()).to(x.dtype)
         outs, n0 = [], 0
         for block in self.blocks:

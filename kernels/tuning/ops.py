@@ -4,6 +4,7 @@
 """
 
 import dataclasses
+import functools
 import importlib
 from collections.abc import Callable
 from types import ModuleType
@@ -17,6 +18,7 @@ from specpilot.kernels.common.roofline import gemm_traffic
 OPS = {
     "skinny_gemm": "specpilot.kernels.skinny_gemm",
     "w12_gemm": "specpilot.kernels.w12_gemm",
+    "w12f_gemm": "specpilot.kernels.w12f_gemm",
 }
 
 
@@ -100,13 +102,13 @@ def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
 
 
 def _w12_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
-              num_copies: int = 1) -> Case:
+              num_copies: int = 1, order: str = "rows") -> Case:
     from specpilot.kernels import w12
 
     w = synthetic_weight(n, k, device, seed)
     x = _x(m, k, device, seed)
     exact, abs_sum = gemm_exact(x, w)
-    packed = w12.pack(w)
+    packed = w12.pack(w, order=order)
     del w
     args = [(x, packed)] + [(x, packed.clone()) for _ in range(num_copies - 1)]
     return Case(m, n, k, args, exact, abs_sum, gemm_traffic(m, n, k, packed.nbytes))
@@ -116,5 +118,6 @@ def get_op(name: str) -> TunableOp:
     """The :class:`TunableOp` called ``name`` (imports its package)."""
     space = space_of(name)
     module = importlib.import_module(OPS[name])
-    make_case = {"skinny_gemm": _skinny_case, "w12_gemm": _w12_case}[name]
+    make_case = {"skinny_gemm": _skinny_case, "w12_gemm": _w12_case,
+                 "w12f_gemm": functools.partial(_w12_case, order="frag")}[name]
     return TunableOp(name, space, getattr(module, name), make_case)

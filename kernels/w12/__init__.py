@@ -19,13 +19,14 @@ from specpilot.kernels.w12.reference import w12_unpack_ref
 __all__ = ["W12Tensor", "pack", "unpack", "w12_pack_ref", "w12_unpack_ref"]
 
 
-def pack(w: torch.Tensor) -> W12Tensor:
-    """Pack bf16 ``w`` (any shape); the Triton encoder on GPU, torch on CPU. Bit-exact always."""
+def pack(w: torch.Tensor, order: str = "rows") -> W12Tensor:
+    """Pack bf16 ``w`` (any shape); the Triton encoder on GPU, torch on CPU. Bit-exact always.
+    ``order``: the planes' byte order, ``"rows"`` or ``"frag"`` (:mod:`.format`)."""
     if w.device.type == "cuda":
         from specpilot.kernels.w12.triton import w12_pack
 
-        return w12_pack(w)
-    return w12_pack_ref(w)
+        return w12_pack(w).with_order(order)
+    return w12_pack_ref(w).with_order(order)
 
 
 def unpack(packed: W12Tensor) -> torch.Tensor:

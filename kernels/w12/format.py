@@ -26,6 +26,14 @@ unmasked decode loop, gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4
 dividing ``BP`` is contiguous in each row (``plane_rows`` and ``plane_cols`` in
 :mod:`specpilot.kernels.w12.triton` give the offsets).
 
+Plane order ``"frag"`` (``W12Tensor.order``; ``pack(w, order="frag")``): blocks of 16 rows x 32
+pairs, each block's bytes stored in the order the ``mma.sync`` A operand's registers hold them
+(:func:`frag_planes`): byte ``i = (g, t, e3, e2, e1 e0)`` (bits from high to low) of a block is
+row ``8 e2 + g``, pair column ``16 e3 + 4 t + (e1 e0)``. So one 16-byte load per lane and plane
+is lane ``(g, t)``'s share of the block's A fragment, and a kernel's tile of W x FC blocks goes
+from global memory straight to its registers with no layout conversion
+(:mod:`specpilot.kernels.w12f_gemm`). The bits of every byte are the same in both orders.
+
 - ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers
   the most weights (lowest such base on ties; ``1 <= base <= 239``, so exponents 0 and 255 --
   zeros, subnormals, inf, NaN -- are always escapes and every in-window weight is a normal number).
@@ -48,6 +56,9 @@ import torch
 
 BLOCK_ROWS = 4
 BLOCK_PAIRS = 512
+FRAG_ROWS = 16
+FRAG_PAIRS = 32
+PLANE_ORDERS = ("rows", "frag")
 BIT_LAYOUT = 2
 """Which bits the ``sm`` and ``nib`` bytes hold, saved with every packed tensor: 1 (never saved)
 was the sign in ``sm`` and the whole code in a nibble; 2 is the layout above."""
@@ -85,6 +96,23 @@ def unblock_planes(planes: torch.Tensor, r: int, k2: int) -> tuple[torch.Tensor,
     return torch.cat([flat[1], flat[2]], dim=1), flat[0].contiguous()
 
 
+def frag_planes(sm: torch.Tensor, nib: torch.Tensor) -> torch.Tensor:
+    """Row-major ``sm [R, 2*K2]`` and ``nib [R, K2]`` -> ``planes`` in fragment order (zero
+    padded to blocks of :data:`FRAG_ROWS` x :data:`FRAG_PAIRS`)."""
+    planes = block_planes(sm, nib, FRAG_ROWS, FRAG_PAIRS)
+    rb, kb = planes.shape[:2]
+    # rows (e2, g), pairs (e3, t, e1 e0) -> bytes (g, t, e3, e2, e1 e0)
+    t = planes.view(rb, kb, 3, 2, 8, 2, 4, 4).permute(0, 1, 2, 4, 6, 5, 3, 7)
+    return t.contiguous().view(rb, kb, 3, FRAG_ROWS, FRAG_PAIRS)
+
+
+def unfrag_planes(planes: torch.Tensor) -> torch.Tensor:
+    """Inverse of the permutation in :func:`frag_planes`: the same blocks, rows order."""
+    rb, kb = planes.shape[:2]
+    t = planes.reshape(rb, kb, 3, 8, 4, 2, 2, 4).permute(0, 1, 2, 6, 3, 5, 4, 7)
+    return t.contiguous().view(rb, kb, 3, FRAG_ROWS, FRAG_PAIRS)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class W12Tensor:
     """A packed bf16 tensor; see the module docstring for the layout. Build with :func:`pack`."""
@@ -96,6 +124,7 @@ class W12Tensor:
     esc_col: torch.Tensor  # int32 [E]
     esc_bits: torch.Tensor  # int16 [E]
     esc_delta: torch.Tensor  # float32 [E]
+    order: str = "rows"  # "frag": blocks of 16 x 32 in mma fragment order (module docstring)
 
     @property
     def rows(self) -> int:
@@ -124,7 +153,18 @@ class W12Tensor:
 
     def row_major(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(sm [R, 2*K2], nib [R, K2])``: the logical planes, as row-major copies."""
-        return unblock_planes(self.planes, self.rows, self.k_half)
+        planes = unfrag_planes(self.planes) if self.order == "frag" else self.planes
+        return unblock_planes(planes, self.rows, self.k_half)
+
+    def with_order(self, order: str) -> "W12Tensor":
+        """The same weight with its planes in ``order`` (a copy of the planes; escapes shared)."""
+        if order not in PLANE_ORDERS:
+            raise ValueError(f"W12 plane order must be one of {PLANE_ORDERS}, got {order!r}")
+        if order == self.order:
+            return self
+        sm, nib = self.row_major()
+        planes = frag_planes(sm, nib) if order == "frag" else block_planes(sm, nib)
+        return dataclasses.replace(self, planes=planes, order=order)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -163,7 +203,7 @@ class W12Tensor:
         if self.device.type == "cuda":
             from specpilot.kernels.w12.triton import w12_unpack
 
-            return w12_unpack(self)
+            return w12_unpack(self.with_order("rows"))
         from specpilot.kernels.w12.reference import w12_unpack_ref
 
         return w12_unpack_ref(self)
@@ -200,7 +240,7 @@ class W12Tensor:
             blocks.append(W12Tensor(
                 torch.Size((r1 - r0, k)), self.base, self.planes[r0 // br:-(-r1 // br)],
                 self.row_ptr[r0:r1 + 1] - e0, self.esc_col[e0:e1], self.esc_bits[e0:e1],
-                self.esc_delta[e0:e1]))
+                self.esc_delta[e0:e1], self.order))
         return tuple(blocks)
 
     def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -209,6 +249,8 @@ class W12Tensor:
         out[prefix + "shape"] = torch.tensor(list(self.shape), dtype=torch.int64)
         out[prefix + "base"] = torch.tensor([self.base], dtype=torch.int64)
         out[prefix + "bit_layout"] = torch.tensor([BIT_LAYOUT], dtype=torch.int64)
+        out[prefix + "plane_order"] = torch.tensor([PLANE_ORDERS.index(self.order)],
+                                                   dtype=torch.int64)
         return out
 
     @classmethod
@@ -224,9 +266,15 @@ class W12Tensor:
                              f"in the sm byte), this version reads {BIT_LAYOUT}: pack the "
                              "weight again")
         shape = torch.Size(int(d) for d in state[prefix + "shape"].tolist())
+        order = state.get(prefix + "plane_order")  # absent: saved before the frag order
+        order = 0 if order is None else int(order.reshape(-1)[0])
+        if not 0 <= order < len(PLANE_ORDERS):
+            raise ValueError(f"{prefix or 'the'} W12 state has plane order {order}, this "
+                             f"version reads 0..{len(PLANE_ORDERS) - 1} {PLANE_ORDERS}")
         packed = cls(shape=shape, base=int(state[prefix + "base"][0]),
                      **{k: state[prefix + k] for k in ("planes", "row_ptr", "esc_col",
-                                                       "esc_bits", "esc_delta")})
+                                                       "esc_bits", "esc_delta")},
+                     order=PLANE_ORDERS[order])
         packed.validate()
         return packed
 
@@ -237,6 +285,12 @@ class W12Tensor:
             raise ValueError(f"W12Tensor.planes: expected uint8 [Rb, Kb, 3, BR, BP], got "
                              f"{tuple(self.planes.shape)}")
         br, bp = self.block_rows, self.block_pairs
+        if self.order not in PLANE_ORDERS:
+            raise ValueError(f"W12Tensor.order must be one of {PLANE_ORDERS}, got "
+                             f"{self.order!r}")
+        if self.order == "frag" and (br, bp) != (FRAG_ROWS, FRAG_PAIRS):
+            raise ValueError(f"W12Tensor.planes: the frag order takes blocks of {FRAG_ROWS} rows "
+                             f"x {FRAG_PAIRS} pairs, got {br} x {bp}")
         if br < 1 or bp < 1 or bp & (bp - 1):
             raise ValueError(f"W12Tensor.planes: blocks of {br} rows x {bp} pairs (BP must be a "
                              "power of two)")

@@ -513,6 +513,9 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
         raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
                          f"{tuple(x.shape)} and {tuple(packed.shape)}")
+    if packed.order != "rows":
+        raise ValueError(f"w12_gemm reads rows-order planes, this weight is in {packed.order!r} "
+                         "order: use w12f_gemm (specpilot.kernels.w12f_gemm)")
     if x.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"w12_gemm takes bf16 (or float32) x, got {x.dtype}")
     if x.device != packed.device:

@@ -31,7 +31,7 @@ def _ints(text: str, name: str) -> list[int]:
 class Args:
     """Arguments of ``specpilot tune-kernel``."""
 
-    op: Annotated[Literal["skinny_gemm", "w12_gemm"], Positional, "kernel op to tune"]
+    op: Annotated[Literal["skinny_gemm", "w12_gemm", "w12f_gemm"], Positional, "kernel op to tune"]
     shape: Annotated[str, "weight shape as K,N (in features, out features)"]
     m: Annotated[str, "comma-separated token counts M to tune for"] = "1,4,8,16,32"
     trials: Annotated[int, "checked trials per M"] = 30

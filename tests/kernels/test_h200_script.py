@@ -26,11 +26,12 @@ def test_h200_script_cpu_smoke(tmp_path):
         (s, m) for s in ("tiny_a", "tiny_b") for m in (1, 3, 16)]
     for r in rows:
         assert r["cublas"]["ok"]
-        for op in ("skinny_gemm", "w12_gemm"):
+        for op in ("skinny_gemm", "w12_gemm", "w12f_gemm"):
             best = r[op]["best"]
             assert best is not None and best["roofline"]["bytes_moved"] > 0
             states = {t["state"] for t in r[op]["sweep"]}
             assert states <= {"ok", "wrong", "error", "error (earlier)"}
+        assert r["w12_best_op"] in ("w12_gemm", "w12f_gemm")
     assert proc.stdout.strip().splitlines()[-1].startswith("tiny_b")  # the table is printed last
 
 

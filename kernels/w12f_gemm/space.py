@@ -1,0 +1,139 @@
+"""Tuning space of the W12 GEMM on fragment-order planes, as data (STYLE.md item 10).
+
+Both kernels (``triton.py``) take tiles of ``num_warps`` row blocks of 16 (``BLOCK_N = 16 *
+num_warps``) by ``BLOCK_K`` pairs (a multiple of the 32-pair block that divides the weight's pair
+blocks per row), split K ``SPLIT_K`` ways, and decode with ``DECODE`` ("int": Triton integer ops,
+runs anywhere; "prmt": the inline-PTX decode, GPU only). ``mma`` takes ``BLOCK_T`` tokens per
+program (M above it: tiles of ``BLOCK_T``), ``MMA_V2`` (1: ``mma.sync`` also on 4+ warps, where
+Triton would emit ``wgmma``, whose A layout is not the planes'), and ``num_stages`` (1: the planes
+go from global memory to registers; more stages copy them through shared memory first). ``gemv``
+runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied per row in unrolled chunks of this many.
+
+SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same kernels,
+results/h200-2026-12-02-w12-frag-*.json): one stage everywhere (two and three stages lost to it by
+5-25%), 2 warps x 64 pairs or 4 warps x 128 pairs on the wide projections (gate_up, lm_head), 1-2
+warps x 256 pairs on the attention and GDN input projections, and 4-way split K with 128-pair steps
+on the narrow ones (down_proj, out_proj: N = 5120 leaves too few row tiles).
+"""
+
+import itertools
+from collections.abc import Iterator
+
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.launch import next_pow2
+from specpilot.kernels.skinny_gemm.space import check_launch
+from specpilot.kernels.skinny_gemm.space import m_bucket
+from specpilot.kernels.w12.format import FRAG_PAIRS
+from specpilot.kernels.w12.format import FRAG_ROWS
+
+__all__ = ["KEY", "PARAMS", "SWEEP", "configs", "default_config", "kernels_for", "m_bucket",
+           "token_tile", "validate"]
+
+KEY = ("M_BUCKET", "N", "K")
+
+_COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": [1, 2, 4, 8],
+           "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4]}
+PARAMS = {
+    "mma": {"BLOCK_N": [16, 32, 64, 128], **_COMMON, "BLOCK_T": [8, 16, 32, 64],
+            "num_stages": [1, 2, 3], "MMA_V2": [0, 1]},
+    "gemv": {"BLOCK_N": [16, 32, 64, 128], **_COMMON, "num_stages": [1]},
+}
+ADDED_DEFAULTS: dict = {}
+TEST_ONLY_KEYS = ("_test_corrupt",)
+MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which holds the row tiles
+_SMEM_BUDGET = 160 * 1024
+
+
+def kernels_for(m: int) -> list[str]:
+    """Kernel families that can run M rows."""
+    return ["gemv", "mma"] if m == 1 else ["mma"]
+
+
+def token_tile(config: dict, m: int) -> int:
+    """Tokens per program: ``BLOCK_T`` for the MMA kernel, 1 for the GEMV."""
+    return config["BLOCK_T"] if config["kernel"] == "mma" else 1
+
+
+def configs() -> Iterator[dict]:
+    """Every config of the space, lazily."""
+    for kernel, params in PARAMS.items():
+        for values in itertools.product(*params.values()):
+            yield {"kernel": kernel, **dict(zip(params, values))}
+
+
+def validate(config: dict, m: int, n: int, k: int) -> None:
+    """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x W12[n, k]^T`` on
+    fragment-order planes."""
+    if not isinstance(config, dict):
+        raise ValueError(f"config must be a dict, got {type(config).__name__}")  # noqa: TRY004
+    kernel = config.get("kernel")
+    if kernel not in PARAMS:
+        raise ValueError(f"config['kernel'] must be one of {sorted(PARAMS)}, got {kernel!r}")
+    expected = set(PARAMS[kernel]) | {"kernel"}
+    unknown = set(config) - expected - set(TEST_ONLY_KEYS)
+    missing = expected - set(config)
+    if unknown or missing:
+        raise ValueError(f"config for {kernel!r}: unknown keys {sorted(unknown)}, "
+                         f"missing {sorted(missing)}")
+    for name, choices in PARAMS[kernel].items():
+        if config[name] not in choices or isinstance(config[name], bool):
+            raise ValueError(f"config[{name!r}] must be one of {choices}, got {config[name]!r}")
+    check_launch(config)
+    if kernel not in kernels_for(m):
+        raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
+    if config["BLOCK_N"] != FRAG_ROWS * config["num_warps"]:
+        raise ValueError(f"BLOCK_N={config['BLOCK_N']} must be {FRAG_ROWS} rows per warp "
+                         f"({FRAG_ROWS * config['num_warps']} on {config['num_warps']} warps)")
+    blocks = cdiv(cdiv(k, 2), FRAG_PAIRS)
+    if blocks % (config["BLOCK_K"] // FRAG_PAIRS):
+        raise ValueError(f"BLOCK_K={config['BLOCK_K']} pairs must be whole {FRAG_PAIRS}-pair "
+                         f"blocks dividing the {blocks} blocks of a row at K={k}")
+    if cdiv(cdiv(n, FRAG_ROWS), config["num_warps"]) > MAX_GRID_Y:
+        raise ValueError(f"BLOCK_N={config['BLOCK_N']} makes more than {MAX_GRID_Y} row tiles at "
+                         f"N={n}: take a wider BLOCK_N")
+    if kernel == "mma":
+        if config["BLOCK_T"] > max(8, next_pow2(m)):
+            raise ValueError(f"BLOCK_T={config['BLOCK_T']} pads M={m} past the next power of "
+                             "two: a smaller tile computes the same")
+        stage = 3 * config["BLOCK_N"] * config["BLOCK_K"] + 4 * config["BLOCK_K"] * config[
+            "BLOCK_T"]
+        if config["num_stages"] > 1 and config["num_stages"] * stage > _SMEM_BUDGET:
+            raise ValueError(f"mma pipeline needs {config['num_stages'] * stage} B of shared "
+                             f"memory > {_SMEM_BUDGET}")
+
+
+def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
+         decode: str = "prmt") -> dict:
+    return {"kernel": "mma", "BLOCK_N": FRAG_ROWS * warps, "BLOCK_K": block_k,
+            "SPLIT_K": split_k, "num_warps": warps, "DECODE": decode, "ESC_CHUNK": 1,
+            "BLOCK_T": block_t, "num_stages": 1, "MMA_V2": mma_v2}
+
+
+def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt") -> dict:
+    return {"kernel": "gemv", "BLOCK_N": FRAG_ROWS * warps, "BLOCK_K": block_k,
+            "SPLIT_K": split_k, "num_warps": warps, "DECODE": decode, "ESC_CHUNK": 1,
+            "num_stages": 1}
+
+
+SWEEP = [
+    _gemv(4, 128), _gemv(1, 128), _gemv(2, 128, 4),
+    _mma(2, 64, 8), _mma(4, 128, 8, mma_v2=1), _mma(1, 256, 8), _mma(2, 256, 8),
+    _mma(2, 128, 8, 4), _mma(1, 128, 8, 4),
+    _mma(2, 128, 16, 4), _mma(2, 256, 16), _mma(4, 128, 16, mma_v2=1),
+    _mma(4, 128, 16, 2, mma_v2=1),
+    # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
+    _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
+]
+
+
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
+    """The untuned choice (logged by the launcher when used): the integer decode, 2 warps x 64
+    pairs (or what divides the blocks of a row), split K until the row tiles fill the SMs 4x."""
+    blocks = cdiv(cdiv(k, 2), FRAG_PAIRS)
+    block_k = FRAG_PAIRS * (2 if blocks % 2 == 0 else 1)
+    tiles, steps, split = cdiv(n, 2 * FRAG_ROWS), blocks // (block_k // FRAG_PAIRS), 1
+    while split < 8 and tiles * split < 4 * num_sms and steps // (split * 2) >= 2:
+        split *= 2
+    if m == 1:
+        return _gemv(2, block_k, split, decode="int")
+    return _mma(2, block_k, min(64, max(8, next_pow2(m))), split, decode="int")

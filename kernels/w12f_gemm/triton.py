@@ -1,0 +1,225 @@
+"""W12 skinny GEMM on fragment-order planes: ``out [M, N] = x [M, K] @ W[N, K]^T``, the weight
+decoded in registers.
+
+The planes (:mod:`specpilot.kernels.w12.format`, order ``"frag"``) are blocks of 16 rows x 32
+pairs whose 512 bytes per plane sit in the order the ``mma.sync`` A operand's registers hold them.
+A program's tile is ``num_warps`` row blocks (``BLOCK_N = 16 * num_warps`` rows) by ``FC`` pair
+blocks (``BLOCK_K = 32 * FC`` pairs); :func:`tile_offsets` lays its bytes out flat as (chunk,
+warp, lane, byte), so each plane's load is 16 contiguous bytes per lane and :func:`frag_to_a`
+(``reshape -> permute -> reshape``) turns the loaded bytes into the A operand's layout (Triton's
+``dot_op`` with kWidth 4) with no layout conversion. Compiled with one stage, the planes go from
+global memory straight to registers: no shared memory, so many more programs stay resident than
+with a ``cp.async`` pipeline.
+
+Two kernels:
+
+- ``w12f_fwd_kernel_mma`` (any M): swap-AB ``mma.sync`` (weights as the 16-row operand, a tile of
+  ``BLOCK_T`` tokens as the other), grid (M / BLOCK_T, row tiles, SPLIT_K).
+- ``w12f_fwd_kernel_gemv`` (M == 1): no MMA. Each thread multiplies its 16 bytes of a chunk by the
+  x values of their columns and sums what it holds of each of its two rows (column bits c, e3,
+  e1 e0 are its registers), so a K step leaves two partial sums per thread; the four lanes of a
+  row are summed once, after the K loop.
+
+Measured on the H200 (``experiments/h200_w12_frag.py``, results/h200-2026-12-02-w12-frag-*.json)
+against the rows-order kernels of :mod:`specpilot.kernels.w12_gemm`: 2-10% faster at M = 2-16 on
+every Qwen3.8-27B / Muse-Glimmer-30B decode shape with the right split (gate_up at M = 4: 65.8 vs
+69.8 us, 0.789x the best bf16 GEMM), and no faster at M = 1 on the narrow projections (down_proj:
+the rows-order split-K GEMV stays ahead), so a recipe chooses the order per deployment
+(``w12_order``).
+
+Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
+that owns the first K steps applies the escapes, split partials are summed in split order by the
+last program to arrive (same inputs, same bits).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from specpilot.kernels.common.epilogue import store_splitk
+from specpilot.kernels.common.interpret import dot_acc
+from specpilot.kernels.common.launch import cdiv
+from specpilot.kernels.common.launch import lock_buffer
+from specpilot.kernels.common.launch import num_sms
+from specpilot.kernels.common.launch import resolve_config
+from specpilot.kernels.common.launch import workspace
+from specpilot.kernels.common.mma import mma_v2_compile
+from specpilot.kernels.common.pdl import pdl_launch
+from specpilot.kernels.common.pdl import pdl_start
+from specpilot.kernels.w12.format import FRAG_PAIRS
+from specpilot.kernels.w12.format import FRAG_ROWS
+from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.triton import DECODE_ASM
+from specpilot.kernels.w12.triton import w12_decode_scaled
+from specpilot.kernels.w12.triton import window_scale
+from specpilot.kernels.w12_gemm.triton import apply_escapes
+from specpilot.kernels.w12_gemm.triton import escape_rows
+from specpilot.kernels.w12f_gemm import space
+
+BLOCK_BYTES = FRAG_ROWS * FRAG_PAIRS  # one plane of one block
+STEP_BYTES = 3 * BLOCK_BYTES  # the three planes of one block, stored one after the other
+
+
+@triton.jit
+def tile_offsets(pid_n, RB, KB, W: tl.constexpr, FC: tl.constexpr):
+    """Byte offsets of program ``pid_n``'s first K step, nib plane, flat as (chunk c, warp w,
+    lane byte): block (row block ``W * pid_n + w``, pair block c). Row blocks past the last read
+    the last (valid memory; those rows are never stored)."""
+    i = tl.arange(0, W * FC * 512)
+    row_block = tl.minimum(pid_n * W + (i // 512) % W, RB - 1)
+    return (row_block.to(tl.int64) * KB + i // (W * 512)) * 1536 + i % 512
+
+
+@triton.jit
+def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
+    """A decoded plane tile as loaded (chunk, warp, lane (g, t), byte (e3, e2, e1 e0)) -> the
+    ``[16 W, 32 FC]`` tile: byte e of lane (g, t) of warp w in chunk c is row ``16 w + 8 e2 +
+    g``, pair column ``32 c + 16 e3 + 4 t + (e1 e0)``."""
+    t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])
+    t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
+    return tl.reshape(t, [16 * W, 32 * FC])
+
+
+@triton.jit
+def load_planes(p):
+    """The three planes of one K step (nib, low-half sm, high-half sm) at pointers ``p``."""
+    nib = tl.load(p, eviction_policy="evict_first")
+    sm_a = tl.load(p + 512, eviction_policy="evict_first")
+    sm_b = tl.load(p + 1024, eviction_policy="evict_first")
+    return nib, sm_a, sm_b
+
+
+@triton.jit
+def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
+               lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K: tl.constexpr,
+               ESC_CHUNK: tl.constexpr):
+    """``y [tokens, rows]`` (fp32 sums of the scaled decode): scale, the rows' escapes (split 0
+    only), store (split K: :func:`store_splitk`)."""
+    y = y * scale
+    start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
+    y = apply_escapes(y, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+                      esc_delta_ptr, ESC_CHUNK)
+    store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
+                        lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
+                        W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
+                        SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
+                        ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
+    steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
+    per row: the launcher checks). float32 x (``X_F32``): the decoded weights widened, an IEEE
+    float32 dot. ``PDL``: nothing is read before the previous kernel has finished."""
+    BLOCK_K: tl.constexpr = 32 * FC
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < M
+    tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FC)
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
+    pdl_start(PDL)
+    acc = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
+    for s in range(pid_k * steps_per_split, tl.minimum(KB // FC, (pid_k + 1) * steps_per_split)):
+        nib, sm_a, sm_b = load_planes(tiles + s * (FC * 1536))
+        offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
+        xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
+                     other=0.0)
+        xb = tl.load(x_cols + K2 + offs_j[:, None],
+                     mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
+        a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
+        b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
+        if X_F32:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = dot_acc(b, xb, dot_acc(a, xa, acc, X_F32), X_F32)
+    store_rows(tl.trans(acc), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
+               out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
+               pid_k, SPLIT_K, ESC_CHUNK)
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
+                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
+                         W: tl.constexpr, FC: tl.constexpr, SPLIT_K: tl.constexpr,
+                         ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """M == 1, grid (1, N / (16 W), SPLIT_K), the same tiles and K steps as the MMA kernel."""
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
+    tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FC)
+    # the pair column of each held byte: 32 c + 16 e3 + 4 t + (e1 e0), shaped as the tile
+    cols = (tl.arange(0, FC)[:, None, None, None, None, None, None] * 32
+            + tl.arange(0, 4)[None, None, None, :, None, None, None] * 4
+            + tl.arange(0, 2)[None, None, None, None, :, None, None] * 16
+            + tl.arange(0, 4)[None, None, None, None, None, None, :])
+    pdl_start(PDL)
+    acc = tl.zeros([W, 8, 4, 2], dtype=tl.float32)
+    for s in range(pid_k * steps_per_split, tl.minimum(KB // FC, (pid_k + 1) * steps_per_split)):
+        p = tiles + s * (FC * 1536)
+        nib = tl.load(p, eviction_policy="evict_first")
+        j = s * (32 * FC) + cols
+        xa = tl.load(x_ptr + j, mask=j < K2, other=0.0).to(tl.float32)
+        xb = tl.load(x_ptr + K2 + j, mask=K2 + j < K, other=0.0).to(tl.float32)
+        for half in tl.static_range(2):
+            sm = tl.load(p + (1 + half) * 512, eviction_policy="evict_first")
+            w = w12_decode_scaled(sm, nib, half == 1, ASM).to(tl.float32)
+            prod = tl.reshape(w, [FC, W, 8, 4, 2, 2, 4]) * (xb if half == 1 else xa)
+            acc += tl.sum(tl.sum(tl.sum(prod, axis=6), axis=4), axis=0)
+    y = tl.reshape(tl.permute(tl.sum(acc, axis=2), [0, 2, 1]), [1, 16 * W])  # rows (w, e2, g)
+    store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
+               lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k, SPLIT_K, ESC_CHUNK)
+
+
+def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None = None,
+              config: dict | None = None) -> torch.Tensor:
+    """``x [M, K]`` bf16 (or float32) times the fragment-order W12 weight ``[N, K]`` transposed
+    -> ``[M, N]``, fp32 accumulation; the contract of :func:`specpilot.kernels.w12_gemm.w12_gemm`
+    (``config``: an entry of ``space.py``; None picks the tuned or default config)."""
+    if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
+        raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
+                         f"{tuple(x.shape)} and {tuple(packed.shape)}")
+    if packed.order != "frag":
+        raise ValueError(f"w12f_gemm reads fragment-order planes, this weight is in "
+                         f"{packed.order!r} order: pack it with order='frag' or use w12_gemm")
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"w12f_gemm takes bf16 (or float32) x, got {x.dtype}")
+    if x.device != packed.device:
+        raise ValueError(f"x is on {x.device} but the W12 weight is on {packed.device}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    m, k = x.shape
+    n, k2 = packed.shape[0], packed.k_half
+    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    x_f32 = x.dtype == torch.float32
+    if x_f32 and config is None:  # tuned entries are bf16 timings
+        config = space.default_config(m, n, k, num_sms(x.device))
+    cfg = resolve_config("w12f_gemm", config, m, n, k, x.device, space)
+    rb, kb = packed.planes.shape[:2]
+    fc = cfg["BLOCK_K"] // FRAG_PAIRS
+    steps = kb // fc
+    steps_per_split = cdiv(steps, cfg["SPLIT_K"])
+    splits = cdiv(steps, steps_per_split)
+    gemv = cfg["kernel"] == "gemv"
+    grid = (1 if gemv else cdiv(m, cfg["BLOCK_T"]), cdiv(rb, cfg["num_warps"]), splits)
+    args = (x, packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta, out,
+            workspace(splits, m, n, x.device), lock_buffer(x.device, grid[0] * grid[1]), m, n, k,
+            k2, rb, kb, x.stride(0), window_scale(packed.base), steps_per_split)
+    meta = {"W": cfg["num_warps"], "FC": fc, "SPLIT_K": splits, "ASM": DECODE_ASM[cfg["DECODE"]],
+            "ESC_CHUNK": cfg["ESC_CHUNK"], "num_warps": cfg["num_warps"],
+            "num_stages": cfg["num_stages"], **pdl_launch(x.device)}
+    if gemv:
+        w12f_fwd_kernel_gemv[grid](*args, **meta)
+    else:
+        with mma_v2_compile(cfg["MMA_V2"]):
+            w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32, **meta)
+    if cfg.get("_test_corrupt"):
+        out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
+    return out

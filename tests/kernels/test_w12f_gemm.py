@@ -1,0 +1,194 @@
+"""w12f_gemm (W12 GEMM on fragment-order planes): the plane order round-trips bit-exactly, the
+kernels (interpreter) match the fp64 exact result of the unpacked weight on odd shapes, split K is
+deterministic, the space refuses what the kernels cannot run, and on the sm_90a code the planes
+reach the MMA with no layout conversion."""
+
+import collections
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from specpilot.kernels import w12
+from specpilot.kernels import w12_gemm
+from specpilot.kernels import w12f_gemm
+from specpilot.kernels.common.check import check_close
+from specpilot.kernels.common.check import gemm_exact
+from specpilot.kernels.tuning.ops import get_op
+from specpilot.kernels.tuning.ops import synthetic_weight
+from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12f_gemm import space
+from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
+
+
+def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0):
+    return {**space._mma(warps, bk, block_t, split, mma_v2), "DECODE": "int"}
+
+
+def gemv(warps=2, bk=32, split=1):
+    return {**space._gemv(warps, bk, split), "DECODE": "int"}
+
+
+@pytest.mark.parametrize("shape", [(70, 399), (33, 1030), (16, 64), (5, 3), (1, 1), (0, 5)])
+def test_frag_order_round_trips_bit_exactly(shape):
+    """Normal weights with exact zeros, +-0, subnormals and outliers (escapes)."""
+    torch.manual_seed(0)
+    w = (torch.randn(shape) * 0.02).to(torch.bfloat16)
+    flat = w.view(-1)
+    if flat.numel() > 8:
+        flat[::7] = 0
+        flat[1::11] = -0.0
+        flat[2::13] = 1e-40  # subnormal in fp32, flushed to a bf16 subnormal
+        flat[3::17] = 300.0
+    packed = w12.pack(w, order="frag")
+    assert packed.order == "frag" and packed.planes.shape[3:] == (16, 32)
+    assert torch.equal(packed.unpack().view(torch.int16), w.view(torch.int16))
+    rows = w12.pack(w)
+    assert torch.equal(packed.with_order("rows").planes, rows.planes)
+    assert torch.equal(rows.with_order("frag").planes, packed.planes)
+    again = W12Tensor.from_state_dict(packed.state_dict("l."), "l.")
+    assert again.order == "frag" and torch.equal(again.planes, packed.planes)
+
+
+def test_frag_block_bytes_follow_the_mma_a_fragment():
+    """Byte (g, t, e3, e2, e1 e0) of a block is row 8 e2 + g, pair 16 e3 + 4 t + (e1 e0)."""
+    w = synthetic_weight(16, 64, torch.device("cpu"), 3)
+    packed = w12.pack(w, order="frag")
+    sm, nib = packed.row_major()
+    block = packed.planes[0, 0, 0].reshape(-1)  # nib plane of block (0, 0)
+    for i in (0, 1, 5, 77, 200, 511):
+        g, t, e3, e2, e = i >> 6, (i >> 4) & 3, (i >> 3) & 1, (i >> 2) & 1, i & 3
+        assert block[i] == nib[8 * e2 + g, 16 * e3 + 4 * t + e]
+
+
+def test_state_dict_refuses_an_unknown_plane_order():
+    state = w12.pack(synthetic_weight(16, 64, torch.device("cpu"), 0)).state_dict()
+    state["plane_order"] = torch.tensor([7])
+    with pytest.raises(ValueError, match="plane order 7"):
+        W12Tensor.from_state_dict(state)
+
+
+CASES = [
+    pytest.param(1, 399, 70, gemv(), id="gemv-oddK-rows-past-N"),
+    pytest.param(1, 1030, 33, gemv(warps=1, split=4), id="gemv-split4-short-last"),
+    pytest.param(1, 520, 50, gemv(warps=4, bk=32, split=2), id="gemv-4warps-one-row-tile"),
+    pytest.param(1, 399, 70, mma(), id="mma-M1"),
+    pytest.param(3, 399, 70, mma(split=4), id="mma-M3-split4"),
+    pytest.param(5, 1030, 33, mma(warps=1, block_t=8), id="mma-M5-1warp"),
+    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1), id="mma-M17-tiles"),
+    pytest.param(6, 499, 64, mma(warps=4, bk=64, block_t=8, mma_v2=1), id="mma-64pair-steps"),
+    pytest.param(40, 130, 20, mma(warps=1, bk=32, block_t=64, split=2), id="mma-M40-split2"),
+]
+
+
+@pytest.mark.parametrize("m, k, n, config", CASES)
+def test_triton(m, k, n, config):
+    """Against the exact product, with escape-rich weights (2% escapes, so a dropped or doubled
+    escape correction fails), and the same bits twice (split K sums in a fixed order)."""
+    torch.manual_seed(0)
+    w = synthetic_weight(n, k, torch.device("cpu"), 0, outlier_rate=2e-2)
+    packed = w12.pack(w, order="frag")
+    assert packed.num_escapes > 0
+    x = torch.randn(m, k).to(torch.bfloat16)
+    exact, abs_sum = gemm_exact(x, w)
+    out = w12f_gemm.linear(x, packed, config)
+    assert check_close("w12f", out, exact, abs_sum).ok
+    assert torch.equal(out, w12f_gemm.linear(x, packed, config))
+    out32 = w12f_gemm.linear(x.float(), packed, config)  # the float32 twin's path
+    assert out32.dtype == torch.float32 and check_close("w12f f32", out32, exact, abs_sum).ok
+
+
+def test_default_config_runs_odd_shapes():
+    for m, k, n in ((1, 67, 45), (6, 67, 45), (64, 2050, 20)):
+        w = synthetic_weight(n, k, torch.device("cpu"), 1)
+        x = torch.randn(m, k).to(torch.bfloat16)
+        exact, abs_sum = gemm_exact(x, w)
+        assert check_close("default", w12f_gemm.linear(x, w12.pack(w, order="frag")), exact,
+                           abs_sum).ok
+
+
+def test_each_gemm_refuses_the_other_order():
+    w = synthetic_weight(20, 64, torch.device("cpu"), 0)
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="pack it with order='frag'"):
+        w12f_gemm.linear(x, w12.pack(w))
+    with pytest.raises(ValueError, match="use w12f_gemm"):
+        w12_gemm.linear(x, w12.pack(w, order="frag"))
+
+
+@pytest.mark.parametrize("config, m, k, message", [
+    (mma(warps=2) | {"BLOCK_N": 64}, 4, 512, "16 rows per warp"),
+    (mma(bk=128), 4, 399, "dividing the 7 blocks"),
+    (gemv(), 2, 512, "cannot run M=2"),
+    (mma(block_t=32), 4, 512, "pads M=4"),
+    (mma() | {"SPLIT_K": 3}, 4, 512, "SPLIT_K"),
+    (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "BLOCK_N": 128, "num_warps": 8},
+     64, 8192, "shared memory"),
+])
+def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
+    with pytest.raises(ValueError, match=message):
+        space.validate(config, m, 100, k)
+
+
+def test_every_sweep_config_runs_some_decode_shape():
+    shapes = [(5120, 34816), (17408, 5120), (6656, 39936), (19968, 6656)]
+    for cfg in space.SWEEP:
+        ok = []
+        for m in (1, 2, 4, 8, 16, 32, 64):
+            for k, n in shapes:
+                try:
+                    space.validate({**cfg, "DECODE": "int"}, m, n, k)
+                    ok.append((m, k))
+                except ValueError:
+                    pass
+        assert ok, cfg
+
+
+def test_signature_matches_reference_and_the_op_is_tunable():
+    params = list(inspect.signature(w12f_triton).parameters)
+    assert params == list(inspect.signature(w12f_gemm.w12f_gemm_ref).parameters)
+    op = get_op("w12f_gemm")
+    case = op.make_case(3, 40, 100, torch.device("cpu"), 0)
+    assert case.args[0][1].order == "frag"
+
+
+_COMPILE = """
+import collections, json
+from specpilot.kernels.w12f_gemm import triton as ft
+from specpilot.kernels.common.sass import compile_sm90, disassemble, main_loop, opcode
+ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
+        "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
+common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
+out = {}
+for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, {"BLOCK_T": 8, "X_F32": False}),
+                            ("gemv", ft.w12f_fwd_kernel_gemv, {})):
+    c = compile_sm90(kernel, {**common, **extra}, 2, 1, ptrs, ("N", "K", "K2", "stride_xm", "KB"))
+    body = main_loop(disassemble(c.asm["cubin"]))
+    to_a = [ln for ln in c.asm["ttgir"].splitlines()
+            if "convert_layout" in ln and "dot_op<{opIdx = 0" in ln.split("->")[-1]]
+    out[name] = {"converts_to_a": len(to_a),
+                 "plane_loads": sum(1 for i in body if "LDG.E.EF.128" in i),
+                 "ops": collections.Counter(opcode(i) for i in body)}
+print(json.dumps(out))
+"""
+
+
+def test_planes_go_from_global_memory_to_the_mma_without_conversion():
+    """sm_90a compile (a child process: this directory runs under the interpreter) of the 2-warp,
+    128-pair tile: each thread loads 3 planes x 4 chunks with 16-byte evict-first loads, the A
+    operand needs no convert_layout, and no plane byte passes through shared memory (only the x
+    tiles do: one STS per x tile chunk); the GEMV's K loop moves no data between lanes."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    mma_ops, gemv_ops = (collections.Counter(got[k]["ops"]) for k in ("mma", "gemv"))
+    assert got["mma"]["converts_to_a"] == 0
+    assert got["mma"]["plane_loads"] == 12 and got["gemv"]["plane_loads"] == 12
+    assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
+    assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
