@@ -12,7 +12,8 @@ Run from the repository root (torch + triton + numpy only; no install, no optuna
    orders (``w12_gemm/space.py``: rows; ``w12f_gemm/space.py``: fragment order; the W12 goal
    takes the faster per row, recorded as ``w12_best_op``). Every config is checked against the
    exact result before it is timed (a wrong one is recorded, never timed). Timing: CUDA-graph
-   replays (median of 15) over rotating weight copies (>= 3, and >= 3x L2 per round), so each call streams its weights from HBM.
+   replays (median of 15) over rotating weight copies (>= 3, and >= 3x L2 per round), so each
+   call streams its weights from HBM.
 3. Writes one JSON (environment fingerprint, checks, per-row roofline records, goal verdicts) after
    every shape, and prints a compact table last. A wall-clock budget (``--budget-s``) stops new
    sweep configs once spent, reusing the best config found so far for the remaining rows.
