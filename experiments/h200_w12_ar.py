@@ -12,8 +12,9 @@
    per-prompt ratio of ms/token (> 1: the second is faster).
    ``--pdl-ab`` adds ``bf16-nopdl`` and ``w12-nopdl``: the same engines with their CUDA graphs
    captured without programmatic dependent launch (:mod:`specpilot.kernels.common.pdl`).
-3. ``--spec``: the same for stock DFlash2 with replayed acceptance, ``stock`` vs ``stock+w12-target``
-   (the verify forward runs the W12 GEMM at M = block size).
+3. ``--spec``: the same for stock DFlash2 with replayed acceptance, ``stock`` vs
+   ``stock+w12-target`` and ``stock+w12-target-frag`` (the target's W12 planes in fragment
+   order, kernels/w12f_gemm) (the verify forward runs the W12 GEMM at M = block size).
 
 Writes ``$OUT/h200_w12_ar.json``; each stage prints a progress line to stderr. ``--watchdog-s S``
 prints every thread's Python stack and exits after S seconds, so a run cut by the device call's
@@ -94,7 +95,7 @@ def tune(model, ms: list[int], budget_s: float, wide: bool) -> dict:
     print(report["table"], flush=True)
     path = OUT / "h200_w12_kernels.json"
     path.write_text(json.dumps(report, indent=1, default=str))
-    report["seeded"] = seed_from_results(path, ops=("skinny_gemm", "w12_gemm"))
+    report["seeded"] = seed_from_results(path, ops=("skinny_gemm", "w12_gemm", "w12f_gemm"))
     return {k: report[k] for k in ("shapes", "elapsed_s", "seeded")}
 
 
@@ -198,7 +199,7 @@ def main() -> None:
         del engines
         replay = replay_for(models, workload)
         spec = {name: models.engine(recipe_for(setting, name))
-                for name in ("stock", "stock+w12-target")}
+                for name in ("stock", "stock+w12-target", "stock+w12-target-frag")}
         result["spec_warmup_s"] = {k: warm_up(e, workload, replay) for k, e in spec.items()}
         result["spec"] = interleave(spec, workload, args.rounds, replay=replay)
         result["spec"]["acceptance"] = setting.scenario.acceptance_profile
