@@ -12,8 +12,13 @@ coalesced 16-byte ``cp.async`` copies per thread and as many ``LDS.128`` reads, 
 ``tests/kernels/test_w12_frag.py``). The decode is the product's (``w12_decode_scaled``).
 
 ``frag_kernel_tma`` copies the same tiles, and the x tiles, with the Tensor Memory Accelerator
-(variants ending in ``t``; unmeasured: on the sm_90a cubin its K loop is about 4.3 SASS per
-weight against 2.4, from the barrier and copy bookkeeping).
+(variants ending in ``t``: 1.3-2.2x slower on the H200, results/h200-2026-12-02-w12-frag-tma.json;
+on the sm_90a cubin its K loop is about 4.3 SASS per weight against 2.4). With one stage (``x1``)
+Triton does not pipeline the loads: the planes go from global memory straight to registers, which
+won (...-w12-frag-one-stage*.json). ``kS`` splits K S ways; ``frag_gemv_kernel`` (``g``) is an
+M = 1 GEMV on the same tiles (...-w12-frag-split-gemv.json). The one-stage kernels, split K and
+the GEMV now live in the product as ``kernels/w12f_gemm`` (planes in fragment order in the
+``W12Tensor`` itself); this script keeps the per-variant tile packing for exploration.
 
 For every shape and M: the product's W12 and bf16 winners of ``--baseline`` (a kernels_h200.py
 record) and each fragment variant ``W x FC x BLOCK_T x stages[v2][t]`` are checked against the fp64

@@ -10,10 +10,11 @@ go from global memory to registers; more stages copy them through shared memory 
 runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied per row in unrolled chunks of this many.
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same kernels,
-results/h200-2026-12-02-w12-frag-*.json): one stage everywhere (two and three stages lost to it by
-5-25%), 2 warps x 64 pairs or 4 warps x 128 pairs on the wide projections (gate_up, lm_head), 1-2
-warps x 256 pairs on the attention and GDN input projections, and 4-way split K with 128-pair steps
-on the narrow ones (down_proj, out_proj: N = 5120 leaves too few row tiles).
+results/h200-2026-12-02-w12-frag-*.json): one stage everywhere (three stages lost to it by up to
+6% on the wide shapes, results/h200-2026-12-02-w12-frag-one-stage.json), 2 warps x 64 pairs or 4
+warps x 128 pairs on the wide projections (gate_up, lm_head), 1-2 warps x 256 pairs on the
+attention and GDN input projections, and 4-way split K with 128-pair steps on the narrow ones
+(down_proj, out_proj: N = 5120 leaves too few row tiles).
 """
 
 import itertools

@@ -20,12 +20,13 @@ Two kernels:
   e1 e0 are its registers), so a K step leaves two partial sums per thread; the four lanes of a
   row are summed once, after the K loop.
 
-Measured on the H200 (``experiments/h200_w12_frag.py``, results/h200-2026-12-02-w12-frag-*.json)
-against the rows-order kernels of :mod:`specpilot.kernels.w12_gemm`: 2-10% faster at M = 2-16 on
-every Qwen3.8-27B / Muse-Glimmer-30B decode shape with the right split (gate_up at M = 4: 65.8 vs
-69.8 us, 0.789x the best bf16 GEMM), and no faster at M = 1 on the narrow projections (down_proj:
-the rows-order split-K GEMV stays ahead), so a recipe chooses the order per deployment
-(``w12_order``).
+Measured on the H200 against the rows-order kernels of :mod:`specpilot.kernels.w12_gemm`, each
+op's sweep winners side by side (results/h200-2026-12-02-kernels-frag.json): at M = 2-16 faster
+on 27 of the 30 Qwen3.8-27B / Muse-Glimmer-30B rows, by 1.5-12.5% (gate_up M = 4: 67.0 vs 71.7
+us, 0.79x the best bf16 GEMM; gdn_in M = 16 38.3 vs 43.8), slower on gdn_out at M = 2 and 16 by
+3-6%; at M = 1 the rows-order GEMV stays ahead on six of eight shapes (down_proj 34.3 vs 38.4, a
+tie on the Muse shapes). Hence two ops and a recipe option (``w12_order``), not one layout. The
+kernels were grown in ``experiments/h200_w12_frag.py`` (results/h200-2026-12-02-w12-frag-*.json).
 
 Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
 that owns the first K steps applies the escapes, split partials are summed in split order by the

@@ -3,7 +3,8 @@ holds them. The experiment's kernels (``cp.async`` copies, and TMA copies) must 
 product's W12 GEMM computes (the pack permutation and the kernel's reshape/permute are inverses),
 and the plane tiles must reach the MMA with no layout conversion: one 16-byte ``cp.async`` and
 one ``LDS.128`` per thread and chunk.
-Its speed lives in ``experiments/results/h200-2026-12-02-w12-frag-flat.json``."""
+Its speed lives in ``experiments/results/h200-2026-12-02-w12-frag-*.json``; the product's
+version of these kernels is tested in ``test_w12f_gemm.py``."""
 
 import json
 import os
