@@ -40,10 +40,13 @@ def space_id(space: ModuleType) -> str:
 
 def complete_config(space: ModuleType, config: dict) -> dict:
     """``config`` with the defaults of parameters its kernel gained after it was stored
-    (``space.ADDED_DEFAULTS``, e.g. ``K_STAGES: 1``, the loop as it ran before), so tuned entries
-    and results of an older space stay usable."""
-    added = getattr(space, "ADDED_DEFAULTS", {}).get(config.get("kernel"), {})
-    return {**added, **config}
+    (``space.ADDED_DEFAULTS``, e.g. ``K_STAGES: 1``, the loop as it ran before) and without those
+    it lost (``space.REMOVED_KEYS``: now derived from others), so tuned entries and results of an
+    older space stay usable."""
+    kernel = config.get("kernel")
+    added = getattr(space, "ADDED_DEFAULTS", {}).get(kernel, {})
+    removed = getattr(space, "REMOVED_KEYS", {}).get(kernel, ())
+    return {**added, **{k: v for k, v in config.items() if k not in removed}}
 
 
 @dataclasses.dataclass(frozen=True)

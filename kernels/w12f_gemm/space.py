@@ -1,7 +1,8 @@
 """Tuning space of the W12 GEMM on fragment-order planes, as data (STYLE.md item 10).
 
-Both kernels (``triton.py``) take tiles of ``num_warps`` row blocks of 16 (``BLOCK_N = 16 *
-num_warps``) by ``BLOCK_K`` pairs (a multiple of the 32-pair block that divides the weight's pair
+Both kernels (``triton.py``) take tiles of ``num_warps`` row blocks of 16 rows (16 rows per
+warp: there is no separate ``BLOCK_N``, which the tuner would otherwise sample into invalid
+pairs) by ``BLOCK_K`` pairs (a multiple of the 32-pair block that divides the weight's pair
 blocks per row), split K ``SPLIT_K`` ways, and decode with ``DECODE`` ("int": Triton integer ops,
 runs anywhere; "prmt": the inline-PTX decode, GPU only). ``mma`` takes ``BLOCK_T`` tokens per
 program (M above it: tiles of ``BLOCK_T``), ``MMA_V2`` (1: ``mma.sync`` also on 4+ warps, where
@@ -35,11 +36,14 @@ KEY = ("M_BUCKET", "N", "K")
 _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": [1, 2, 4, 8],
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4]}
 PARAMS = {
-    "mma": {"BLOCK_N": [16, 32, 64, 128], **_COMMON, "BLOCK_T": [8, 16, 32, 64],
-            "num_stages": [1, 2, 3], "MMA_V2": [0, 1]},
-    "gemv": {"BLOCK_N": [16, 32, 64, 128], **_COMMON, "num_stages": [1]},
+    "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1]},
+    "gemv": {**_COMMON, "num_stages": [1]},
 }
 ADDED_DEFAULTS: dict = {}
+# Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
+# first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
+# BLOCK_N, always 16 x num_warps.
+REMOVED_KEYS = {"mma": ("BLOCK_N",), "gemv": ("BLOCK_N",)}
 TEST_ONLY_KEYS = ("_test_corrupt",)
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which holds the row tiles
 _SMEM_BUDGET = 160 * 1024
@@ -82,22 +86,19 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     check_launch(config)
     if kernel not in kernels_for(m):
         raise ValueError(f"kernel {kernel!r} cannot run M={m} (allowed: {kernels_for(m)})")
-    if config["BLOCK_N"] != FRAG_ROWS * config["num_warps"]:
-        raise ValueError(f"BLOCK_N={config['BLOCK_N']} must be {FRAG_ROWS} rows per warp "
-                         f"({FRAG_ROWS * config['num_warps']} on {config['num_warps']} warps)")
     blocks = cdiv(cdiv(k, 2), FRAG_PAIRS)
     if blocks % (config["BLOCK_K"] // FRAG_PAIRS):
         raise ValueError(f"BLOCK_K={config['BLOCK_K']} pairs must be whole {FRAG_PAIRS}-pair "
                          f"blocks dividing the {blocks} blocks of a row at K={k}")
     if cdiv(cdiv(n, FRAG_ROWS), config["num_warps"]) > MAX_GRID_Y:
-        raise ValueError(f"BLOCK_N={config['BLOCK_N']} makes more than {MAX_GRID_Y} row tiles at "
-                         f"N={n}: take a wider BLOCK_N")
+        raise ValueError(f"num_warps={config['num_warps']} ({FRAG_ROWS} rows each) makes more "
+                         f"than {MAX_GRID_Y} row tiles at N={n}: take more warps")
     if kernel == "mma":
         if config["BLOCK_T"] > max(8, next_pow2(m)):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} pads M={m} past the next power of "
                              "two: a smaller tile computes the same")
-        stage = 3 * config["BLOCK_N"] * config["BLOCK_K"] + 4 * config["BLOCK_K"] * config[
-            "BLOCK_T"]
+        stage = (3 * FRAG_ROWS * config["num_warps"] * config["BLOCK_K"]
+                 + 4 * config["BLOCK_K"] * config["BLOCK_T"])
         if config["num_stages"] > 1 and config["num_stages"] * stage > _SMEM_BUDGET:
             raise ValueError(f"mma pipeline needs {config['num_stages'] * stage} B of shared "
                              f"memory > {_SMEM_BUDGET}")
@@ -105,15 +106,14 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
          decode: str = "prmt") -> dict:
-    return {"kernel": "mma", "BLOCK_N": FRAG_ROWS * warps, "BLOCK_K": block_k,
-            "SPLIT_K": split_k, "num_warps": warps, "DECODE": decode, "ESC_CHUNK": 1,
-            "BLOCK_T": block_t, "num_stages": 1, "MMA_V2": mma_v2}
+    return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
+            "DECODE": decode, "ESC_CHUNK": 1, "BLOCK_T": block_t, "num_stages": 1,
+            "MMA_V2": mma_v2}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt") -> dict:
-    return {"kernel": "gemv", "BLOCK_N": FRAG_ROWS * warps, "BLOCK_K": block_k,
-            "SPLIT_K": split_k, "num_warps": warps, "DECODE": decode, "ESC_CHUNK": 1,
-            "num_stages": 1}
+    return {"kernel": "gemv", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
+            "DECODE": decode, "ESC_CHUNK": 1, "num_stages": 1}
 
 
 SWEEP = [

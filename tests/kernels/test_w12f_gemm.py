@@ -18,6 +18,7 @@ from specpilot.kernels import w12_gemm
 from specpilot.kernels import w12f_gemm
 from specpilot.kernels.common.check import check_close
 from specpilot.kernels.common.check import gemm_exact
+from specpilot.kernels.tuning.ops import complete_config
 from specpilot.kernels.tuning.ops import get_op
 from specpilot.kernels.tuning.ops import synthetic_weight
 from specpilot.kernels.w12.format import W12Tensor
@@ -121,17 +122,25 @@ def test_each_gemm_refuses_the_other_order():
 
 
 @pytest.mark.parametrize("config, m, k, message", [
-    (mma(warps=2) | {"BLOCK_N": 64}, 4, 512, "16 rows per warp"),
+    (mma(warps=2) | {"BLOCK_N": 64}, 4, 512, "unknown keys"),  # 16 rows per warp, always
     (mma(bk=128), 4, 399, "dividing the 7 blocks"),
     (gemv(), 2, 512, "cannot run M=2"),
     (mma(block_t=32), 4, 512, "pads M=4"),
     (mma() | {"SPLIT_K": 3}, 4, 512, "SPLIT_K"),
-    (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "BLOCK_N": 128, "num_warps": 8},
-     64, 8192, "shared memory"),
+    (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "num_warps": 8}, 64, 8192,
+     "shared memory"),
 ])
 def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
     with pytest.raises(ValueError, match=message):
         space.validate(config, m, 100, k)
+
+
+def test_stored_configs_with_the_removed_block_n_stay_usable():
+    """The first H200 records stored BLOCK_N (= 16 x num_warps): completing drops it."""
+    old = {**space._mma(2, 64, 8, decode="int"), "BLOCK_N": 32}
+    with pytest.raises(ValueError, match="unknown keys"):
+        space.validate(old, 4, 34816, 5120)
+    space.validate(complete_config(space, old), 4, 34816, 5120)
 
 
 def test_every_sweep_config_runs_some_decode_shape():
