@@ -23,12 +23,8 @@ Per row the record derives:
     python3 experiments/h200_read_floor.py --baseline experiments/results/X.json [--m 4,16]
 """
 
-import argparse
-import json
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +34,8 @@ import triton.language as tl  # noqa: E402
 
 import kernels_h200 as kb  # noqa: E402  (shapes)
 from h200_w12_frag import baseline_configs  # noqa: E402
+from h200_w12_frag import run_shapes  # noqa: E402
+from h200_w12_frag import side_by_side_args  # noqa: E402
 from specpilot.fingerprint import current  # noqa: E402
 from specpilot.kernels import w12  # noqa: E402
 from specpilot.kernels.common.bench import num_copies_for  # noqa: E402
@@ -49,7 +47,6 @@ from specpilot.kernels.skinny_gemm.triton import skinny_gemm  # noqa: E402
 from specpilot.kernels.tuning.ops import synthetic_weight  # noqa: E402
 from specpilot.kernels.w12_gemm.triton import w12_gemm  # noqa: E402
 
-OUT = Path(os.environ.get("OUT", "/tmp/out"))
 READ_TB_S = CEILINGS["NVIDIA H200"].read_tb_s
 # (bytes per program, words per step, warps, stages): programs of 16 KB to 1 MB
 READ_CONFIGS = [(16384, 1024, 4, 1), (65536, 1024, 4, 3), (65536, 2048, 8, 3),
@@ -150,31 +147,14 @@ def bench_shape(name: str, ms: list[int], base: dict, rounds: int, reps: int) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", required=True, help="kernels_h200.py record")
-    parser.add_argument("--shapes", default=",".join(kb.SHAPES))
-    parser.add_argument("--m", default="4,16")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--budget-s", type=float, default=240.0)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("h200_read_floor.py needs a CUDA GPU", file=sys.stderr)
-        return 2
+    args = side_by_side_args(__doc__, ",".join(kb.SHAPES), "4,16").parse_args()
     base = baseline_configs(args.baseline)
     ms = [int(a) for a in args.m.split(",")]
     record = {"fingerprint": current("cuda").to_dict(), "command": " ".join(sys.argv),
               "read_tb_s": READ_TB_S, "read_configs": READ_CONFIGS, "rows": []}
-    start = time.time()
-    OUT.mkdir(parents=True, exist_ok=True)
-    for name in args.shapes.split(","):
-        if time.time() - start > args.budget_s:
-            record["budget_exhausted"] = True
-            break
-        record["rows"].append(bench_shape(name, ms, base, args.rounds, args.reps))
-        record["elapsed_s"] = time.time() - start
-        (OUT / "h200_read_floor.json").write_text(json.dumps(record, indent=1, default=str))
-    return 0
+    return run_shapes(record, args, lambda name: [bench_shape(name, ms, base, args.rounds,
+                                                              args.reps)],
+                      "h200_read_floor.json")
 
 
 if __name__ == "__main__":

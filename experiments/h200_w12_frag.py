@@ -347,36 +347,50 @@ def bench_shape(name, ms, variants, base, rounds, reps):
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def side_by_side_args(doc: str, shapes: str, ms: str) -> argparse.ArgumentParser:
+    """The options of the scripts that time kernels beside a kernels_h200.py record's winners."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--baseline", required=True, help="kernels_h200.py record")
-    parser.add_argument("--shapes", default="q3_gate_up,q3_down,q3_gdn_out,q3_gdn_in,mg_down")
-    parser.add_argument("--m", default="4,8,16")
-    parser.add_argument("--variants", default="2x8x8x2,2x8x8x3,1x8x8x3,2x4x8x3,1x4x8x4,"
-                                              "2x4x16x3,2x8x16x2,2x4x8x3t,2x8x8x3t,1x8x8x3t,"
-                                              "2x4x16x3t")
+    parser.add_argument("--shapes", default=shapes)
+    parser.add_argument("--m", default=ms)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--budget-s", type=float, default=240.0)
-    args = parser.parse_args()
+    return parser
+
+
+def run_shapes(record: dict, args, bench, out_name: str) -> int:
+    """``record["rows"] += bench(shape)`` for each of ``args.shapes`` until ``args.budget_s`` is
+    spent, writing ``$OUT/out_name`` after every shape; 2 without a CUDA GPU."""
     if not torch.cuda.is_available():
-        print("h200_w12_frag.py needs a CUDA GPU", file=sys.stderr)
+        print(f"{out_name}: needs a CUDA GPU", file=sys.stderr)
         return 2
-    variants = {lbl: parse_variant(lbl) for lbl in args.variants.split(",")}
-    base = baseline_configs(args.baseline)
-    ms = [int(a) for a in args.m.split(",")]
-    record = {"fingerprint": current("cuda").to_dict(), "command": " ".join(sys.argv),
-              "variants": variants, "rows": []}
     start = time.time()
     OUT.mkdir(parents=True, exist_ok=True)
     for name in args.shapes.split(","):
         if time.time() - start > args.budget_s:
             record["budget_exhausted"] = True
             break
-        record["rows"] += bench_shape(name, ms, variants, base, args.rounds, args.reps)
+        record["rows"] += bench(name)
         record["elapsed_s"] = time.time() - start
-        (OUT / "h200_w12_frag.json").write_text(json.dumps(record, indent=1))
+        (OUT / out_name).write_text(json.dumps(record, indent=1, default=str))
     return 0
+
+
+def main() -> int:
+    parser = side_by_side_args(__doc__, "q3_gate_up,q3_down,q3_gdn_out,q3_gdn_in,mg_down",
+                               "4,8,16")
+    parser.add_argument("--variants", default="2x4x8x1,2x2x8x1,1x8x8x1,2x4x8x1k4,2x4x16x1k4,"
+                                              "4x4x16x1v2k2,4x4x8x1g,2x4x8x1k4g")
+    args = parser.parse_args()
+    variants = {lbl: parse_variant(lbl) for lbl in args.variants.split(",")}
+    base = baseline_configs(args.baseline)
+    ms = [int(a) for a in args.m.split(",")]
+    record = {"fingerprint": current("cuda").to_dict(), "command": " ".join(sys.argv),
+              "variants": variants, "rows": []}
+    return run_shapes(record, args, lambda name: bench_shape(name, ms, variants, base,
+                                                             args.rounds, args.reps),
+                      "h200_w12_frag.json")
 
 
 if __name__ == "__main__":

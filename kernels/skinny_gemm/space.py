@@ -263,20 +263,27 @@ def kernels_for(m: int) -> list[str]:
             else ["dot", "tma", *one_tile])
 
 
-def validate(config: dict, m: int, n: int, k: int) -> None:
-    """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x [n, k]^T``."""
+def check_config_keys(config: dict, params: dict, test_only: tuple = ()) -> str:
+    """The config's kernel family, after checking it is a dict naming a family of ``params``
+    (a space's ``PARAMS``) with exactly that family's keys (plus ``test_only`` ones)."""
     if not isinstance(config, dict):
         raise ValueError(f"config must be a dict, got {type(config).__name__}")  # noqa: TRY004
     kernel = config.get("kernel")
-    if kernel not in PARAMS:
-        raise ValueError(f"config['kernel'] must be one of {sorted(PARAMS)}, got {kernel!r}")
-    expected = set(PARAMS[kernel]) | {"kernel"}
-    unknown = set(config) - expected - set(TEST_ONLY_KEYS)
+    if kernel not in params:
+        raise ValueError(f"config['kernel'] must be one of {sorted(params)}, got {kernel!r}")
+    expected = set(params[kernel]) | {"kernel"}
+    unknown = set(config) - expected - set(test_only)
     if unknown:
         raise ValueError(f"unknown config keys {sorted(unknown)} for kernel {kernel!r}")
     missing = expected - set(config)
     if missing:
         raise ValueError(f"config misses {sorted(missing)} for kernel {kernel!r}")
+    return kernel
+
+
+def validate(config: dict, m: int, n: int, k: int) -> None:
+    """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x [n, k]^T``."""
+    kernel = check_config_keys(config, PARAMS, TEST_ONLY_KEYS)
     for name, choices in PARAMS[kernel].items():
         check_param(name, config[name], choices)
     check_launch(config)

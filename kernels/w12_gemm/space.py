@@ -83,6 +83,7 @@ from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.skinny_gemm.space import L2_STEPS
 from specpilot.kernels.skinny_gemm.space import block_t
 from specpilot.kernels.skinny_gemm.space import check_gemv_tile
+from specpilot.kernels.skinny_gemm.space import check_config_keys
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import check_param
 from specpilot.kernels.skinny_gemm.space import check_t_min
@@ -327,17 +328,7 @@ _SMEM_BUDGET = 160 * 1024
 
 def validate(config: dict, m: int, n: int, k: int) -> None:
     """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x W12[n, k]^T``."""
-    if not isinstance(config, dict):
-        raise ValueError(f"config must be a dict, got {type(config).__name__}")  # noqa: TRY004
-    kernel = config.get("kernel")
-    if kernel not in PARAMS:
-        raise ValueError(f"config['kernel'] must be one of {sorted(PARAMS)}, got {kernel!r}")
-    expected = set(PARAMS[kernel]) | {"kernel"}
-    unknown = set(config) - expected - set(TEST_ONLY_KEYS)
-    missing = expected - set(config)
-    if unknown or missing:
-        raise ValueError(f"config for {kernel!r}: unknown keys {sorted(unknown)}, "
-                         f"missing {sorted(missing)}")
+    kernel = check_config_keys(config, PARAMS, TEST_ONLY_KEYS)
     for name, choices in PARAMS[kernel].items():
         check_param(name, config[name], choices)
     check_launch(config)

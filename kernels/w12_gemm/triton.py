@@ -496,6 +496,33 @@ def esc_early(cfg: dict, plan, k2: int) -> bool:
     return bool(cfg["ESC_EARLY"]) and min(plan.k_per_split, last) >= 2 * step
 
 
+def w12_call(op: str, x: torch.Tensor, packed: W12Tensor, order: str,
+             out_dtype: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """What every W12 GEMM launcher checks and allocates first: ``(x with unit column stride,
+    out [M, N], done)``; ``done`` when the result needs no kernel (an empty M, N or K: ``out``
+    is then the answer). ``order``: the plane order the launcher ``op`` reads."""
+    if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
+        raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
+                         f"{tuple(x.shape)} and {tuple(packed.shape)}")
+    if packed.order != order:
+        other = "w12f_gemm" if op == "w12_gemm" else "w12_gemm"
+        raise ValueError(f"{op} reads {order}-order planes, this weight is in {packed.order!r} "
+                         f"order: pack it with order={order!r}, or use {other}")
+    if x.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"{op} takes bf16 (or float32) x, got {x.dtype}")
+    if x.device != packed.device:
+        raise ValueError(f"x is on {x.device} but the W12 weight is on {packed.device}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    (m, k), n = x.shape, packed.shape[0]
+    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return x, out, True
+    if k == 0:
+        return x, out.zero_(), True
+    return x, out, False
+
+
 def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None = None,
              config: dict | None = None) -> torch.Tensor:
     """``x [M, K]`` bf16 times the W12 weight ``[N, K]`` transposed -> ``[M, N]``, fp32
@@ -510,25 +537,11 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
     with an IEEE float32 dot, on the space's default config with 64-pair K steps and 2 stages
     (tuned entries are bf16 timings, and float32 x tiles take twice the shared memory).
     """
-    if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
-        raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
-                         f"{tuple(x.shape)} and {tuple(packed.shape)}")
-    if packed.order != "rows":
-        raise ValueError(f"w12_gemm reads rows-order planes, this weight is in {packed.order!r} "
-                         "order: use w12f_gemm (specpilot.kernels.w12f_gemm)")
-    if x.dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"w12_gemm takes bf16 (or float32) x, got {x.dtype}")
-    if x.device != packed.device:
-        raise ValueError(f"x is on {x.device} but the W12 weight is on {packed.device}")
-    if x.stride(1) != 1:
-        x = x.contiguous()
+    x, out, done = w12_call("w12_gemm", x, packed, "rows", out_dtype)
+    if done:
+        return out
     m, k = x.shape
     n, k2 = packed.shape[0], packed.k_half
-    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
-    if m == 0 or n == 0:
-        return out
-    if k == 0:
-        return out.zero_()
     x_f32 = x.dtype == torch.float32
     if x_f32 and config is None:  # float32 x doubles the x tiles: half the stages, half the K step
         config = space.default_config(m, n, k, num_sms(x.device))

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.common.launch import next_pow2
+from specpilot.kernels.skinny_gemm.space import check_config_keys
 from specpilot.kernels.skinny_gemm.space import check_launch
 from specpilot.kernels.skinny_gemm.space import m_bucket
 from specpilot.kernels.w12.format import FRAG_PAIRS
@@ -69,17 +70,7 @@ def configs() -> Iterator[dict]:
 def validate(config: dict, m: int, n: int, k: int) -> None:
     """Raise ValueError naming the field if ``config`` cannot run ``[m, k] x W12[n, k]^T`` on
     fragment-order planes."""
-    if not isinstance(config, dict):
-        raise ValueError(f"config must be a dict, got {type(config).__name__}")  # noqa: TRY004
-    kernel = config.get("kernel")
-    if kernel not in PARAMS:
-        raise ValueError(f"config['kernel'] must be one of {sorted(PARAMS)}, got {kernel!r}")
-    expected = set(PARAMS[kernel]) | {"kernel"}
-    unknown = set(config) - expected - set(TEST_ONLY_KEYS)
-    missing = expected - set(config)
-    if unknown or missing:
-        raise ValueError(f"config for {kernel!r}: unknown keys {sorted(unknown)}, "
-                         f"missing {sorted(missing)}")
+    kernel = check_config_keys(config, PARAMS, TEST_ONLY_KEYS)
     for name, choices in PARAMS[kernel].items():
         if config[name] not in choices or isinstance(config[name], bool):
             raise ValueError(f"config[{name!r}] must be one of {choices}, got {config[name]!r}")

@@ -55,6 +55,7 @@ from specpilot.kernels.w12.triton import w12_decode_scaled
 from specpilot.kernels.w12.triton import window_scale
 from specpilot.kernels.w12_gemm.triton import apply_escapes
 from specpilot.kernels.w12_gemm.triton import escape_rows
+from specpilot.kernels.w12_gemm.triton import w12_call
 from specpilot.kernels.w12f_gemm import space
 
 BLOCK_BYTES = FRAG_ROWS * FRAG_PAIRS  # one plane of one block
@@ -180,25 +181,11 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     """``x [M, K]`` bf16 (or float32) times the fragment-order W12 weight ``[N, K]`` transposed
     -> ``[M, N]``, fp32 accumulation; the contract of :func:`specpilot.kernels.w12_gemm.w12_gemm`
     (``config``: an entry of ``space.py``; None picks the tuned or default config)."""
-    if len(packed.shape) != 2 or x.dim() != 2 or x.shape[1] != packed.shape[1]:
-        raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
-                         f"{tuple(x.shape)} and {tuple(packed.shape)}")
-    if packed.order != "frag":
-        raise ValueError(f"w12f_gemm reads fragment-order planes, this weight is in "
-                         f"{packed.order!r} order: pack it with order='frag' or use w12_gemm")
-    if x.dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"w12f_gemm takes bf16 (or float32) x, got {x.dtype}")
-    if x.device != packed.device:
-        raise ValueError(f"x is on {x.device} but the W12 weight is on {packed.device}")
-    if x.stride(1) != 1:
-        x = x.contiguous()
+    x, out, done = w12_call("w12f_gemm", x, packed, "frag", out_dtype)
+    if done:
+        return out
     m, k = x.shape
     n, k2 = packed.shape[0], packed.k_half
-    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
-    if m == 0 or n == 0:
-        return out
-    if k == 0:
-        return out.zero_()
     x_f32 = x.dtype == torch.float32
     if x_f32 and config is None:  # tuned entries are bf16 timings
         config = space.default_config(m, n, k, num_sms(x.device))

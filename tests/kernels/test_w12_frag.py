@@ -95,8 +95,9 @@ sys.path.insert(0, sys.argv[1])
 import h200_w12_frag as frag
 from specpilot.kernels.common.sass import compile_sm90, disassemble, main_loop, opcode
 ptrs = {"x_ptr": "*bf16", "tiles_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
-        "esc_delta_ptr": "*fp32", "out_ptr": "*bf16"}
-c = compile_sm90(frag.frag_kernel, {"W": 2, "FC": 4, "BLOCK_T": 8, "ESC_CHUNK": 1, "ASM": 1}, 2, 3,
+        "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
+c = compile_sm90(frag.frag_kernel, {"W": 2, "FC": 4, "BLOCK_T": 8, "ESC_CHUNK": 1, "ASM": 1,
+                                    "SPLIT_K": 1}, 2, 3,
                  ptrs, ("N", "K", "K2", "stride_xm", "KT"))
 lines = c.asm["ttgir"].splitlines()
 to_a = [ln for ln in lines if "convert_layout" in ln and "dot_op<{opIdx = 0" in ln.split("->")[-1]]

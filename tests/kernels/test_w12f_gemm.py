@@ -115,14 +115,14 @@ def test_default_config_runs_odd_shapes():
 def test_each_gemm_refuses_the_other_order():
     w = synthetic_weight(20, 64, torch.device("cpu"), 0)
     x = torch.randn(2, 64).to(torch.bfloat16)
-    with pytest.raises(ValueError, match="pack it with order='frag'"):
+    with pytest.raises(ValueError, match="pack it with order='frag', or use w12_gemm"):
         w12f_gemm.linear(x, w12.pack(w))
-    with pytest.raises(ValueError, match="use w12f_gemm"):
+    with pytest.raises(ValueError, match="order='rows', or use w12f_gemm"):
         w12_gemm.linear(x, w12.pack(w, order="frag"))
 
 
 @pytest.mark.parametrize("config, m, k, message", [
-    (mma(warps=2) | {"BLOCK_N": 64}, 4, 512, "unknown keys"),  # 16 rows per warp, always
+    (mma(warps=2) | {"BLOCK_N": 64}, 4, 512, "unknown config keys"),  # 16 rows per warp
     (mma(bk=128), 4, 399, "dividing the 7 blocks"),
     (gemv(), 2, 512, "cannot run M=2"),
     (mma(block_t=32), 4, 512, "pads M=4"),
@@ -138,7 +138,7 @@ def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
 def test_stored_configs_with_the_removed_block_n_stay_usable():
     """The first H200 records stored BLOCK_N (= 16 x num_warps): completing drops it."""
     old = {**space._mma(2, 64, 8, decode="int"), "BLOCK_N": 32}
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match="unknown config keys"):
         space.validate(old, 4, 34816, 5120)
     space.validate(complete_config(space, old), 4, 34816, 5120)
 
