@@ -10,8 +10,8 @@ rotating copies, the GEMMs' method) times a read-only Triton kernel over exactly
 (2 N K) and the W12 bytes (the packed planes and escape lists) of each shape: the best of a few
 grid configs, each program reading a contiguous chunk in 16-byte vectors and xor-folding it into
 one word it stores, so no byte is skipped. Then, in ``--rounds`` interleaved rounds: both reads,
-and at each M the bf16 and W12 winners of ``--baseline`` (a kernels_h200.py record), each checked
-against the fp64 result first.
+and at each M the bf16 and rows-order W12 (``w12_gemm``) winners of ``--baseline`` (a
+kernels_h200.py record), each checked against the fp64 result first.
 
 Per row the record derives:
 - ``read_frac_bf16``: the ceiling's time for the bf16 bytes over the read's time, i.e. the highest

@@ -107,9 +107,10 @@ def frag_store(acc, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr
 def frag_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr, lock_ptr,
                 M, N, K, K2, stride_xm, scale, KT, KT_PER, W: tl.constexpr, FC: tl.constexpr,
                 BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr,
-                SPLIT_K: tl.constexpr):
+                SPLIT_K: tl.constexpr, MMA_V2: tl.constexpr = False):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K); the product's swap-AB step on fragment-order
-    tiles, split ``pid_k`` taking K steps ``[pid_k * KT_PER, (pid_k + 1) * KT_PER)``."""
+    tiles, split ``pid_k`` taking K steps ``[pid_k * KT_PER, (pid_k + 1) * KT_PER)``.
+    ``MMA_V2`` only keys Triton's cache (:mod:`specpilot.kernels.common.mma`)."""
     BLOCK_N: tl.constexpr = 16 * W
     BLOCK_K: tl.constexpr = 32 * FC
     TILE: tl.constexpr = BLOCK_N * BLOCK_K
@@ -183,7 +184,7 @@ def frag_gemv_kernel(x_ptr, tiles_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_
 def frag_kernel_tma(x_desc, tiles_desc, x_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, M, N,
                     K, K2, stride_xm, scale, KT, W: tl.constexpr, FC: tl.constexpr,
                     BLOCK_T: tl.constexpr, ESC_CHUNK: tl.constexpr, ASM: tl.constexpr,
-                    ROW: tl.constexpr):
+                    ROW: tl.constexpr, MMA_V2: tl.constexpr = False):
     """:func:`frag_kernel` with the plane tiles and x tiles copied by the Tensor Memory
     Accelerator. ``tiles_desc`` views the tiles as rows of ``ROW`` bytes (a plane tile is
     ``TILE / ROW`` of them: at most 256); ``x_desc`` covers ``x [M, K]`` in ``[BLOCK_T,
@@ -258,6 +259,8 @@ def frag_call(x, tiles, packed, v: dict):
     kt, splits = tiles.shape[1], v.get("SPLIT_K", 1)
     if splits > 8 or (v.get("GEMV") and m != 1) or (v.get("TMA") and splits > 1):
         raise ValueError(f"variant {v}: at most 8 splits; the GEMV runs M = 1; TMA: no split")
+    per = triton.cdiv(kt, splits)
+    splits = triton.cdiv(kt, per)  # no empty split
     grid = (triton.cdiv(m, v["BLOCK_T"]), triton.cdiv(n, 16 * v["W"]), splits)
     meta = {"W": v["W"], "FC": v["FC"], "BLOCK_T": v["BLOCK_T"], "ESC_CHUNK": 1,
             "ASM": int(x.is_cuda), "num_warps": v["W"], "num_stages": v["num_stages"]}
@@ -266,9 +269,12 @@ def frag_call(x, tiles, packed, v: dict):
     with mma_v2_compile(v["MMA_V2"]):
         if not v.get("TMA"):
             ws, locks = split_buffers(x, n, splits, grid[0] * grid[1])
-            kernel = frag_gemv_kernel if v.get("GEMV") else frag_kernel
-            kernel[grid](x, tiles, *esc, ws, locks, *shape, triton.cdiv(kt, splits),
-                         SPLIT_K=splits, **meta)
+            if v.get("GEMV"):
+                frag_gemv_kernel[grid](x, tiles, *esc, ws, locks, *shape, per, SPLIT_K=splits,
+                                       **meta)
+            else:
+                frag_kernel[grid](x, tiles, *esc, ws, locks, *shape, per, SPLIT_K=splits,
+                                  MMA_V2=v["MMA_V2"], **meta)
             return out
         tile = tiles.shape[-1]
         row = max(16, tile // 256)  # bytes per descriptor row: at most 256 rows per plane tile
@@ -277,7 +283,8 @@ def frag_call(x, tiles, packed, v: dict):
         x_desc = TensorDescriptor(x, [m, k], [x.stride(0), 1], [v["BLOCK_T"], 32 * v["FC"]])
         t_desc = TensorDescriptor(tiles.view(-1, row), [tiles.numel() // row, row], [row, 1],
                                   [tile // row, row])
-        frag_kernel_tma[grid](x_desc, t_desc, x, *esc, *shape, ROW=row, **meta)
+        frag_kernel_tma[grid](x_desc, t_desc, x, *esc, *shape, ROW=row, MMA_V2=v["MMA_V2"],
+                              **meta)
     return out
 
 

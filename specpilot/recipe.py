@@ -67,7 +67,8 @@ class Recipe:
     w12_order: str = "rows"
     """Byte order of the W12 planes (``specpilot.kernels.w12.format``): ``rows`` (the GEMMs of
     ``kernels/w12_gemm``) or ``frag``, blocks in mma fragment order read straight into registers
-    (``kernels/w12f_gemm``: faster at M = 2-16, not at M = 1 on narrow projections)."""
+    (``kernels/w12f_gemm``: faster at M = 2-16, not at M = 1 on narrow projections). One order
+    for every group in ``w12``."""
     tree_branches: int = 1
     """Tree verification: candidates (the drafter's top-k) at each branching draft position; 1 = a
     chain (no tree). Greedy (temperature 0) and single-request only (``engines/decode/tree.py``)."""

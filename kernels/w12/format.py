@@ -26,7 +26,8 @@ unmasked decode loop, gate_up 70.7 -> 66.1 us and down_proj 46.2 -> 36.7 us at 4
 dividing ``BP`` is contiguous in each row (``plane_rows`` and ``plane_cols`` in
 :mod:`specpilot.kernels.w12.triton` give the offsets).
 
-Plane order ``"frag"`` (``W12Tensor.order``; ``pack(w, order="frag")``): blocks of 16 rows x 32
+Plane order ``"frag"`` (``W12Tensor.order``; ``pack(w, order="frag")``; saved as ``frag_planes``
+instead of ``planes``, so an older reader refuses it): blocks of 16 rows x 32
 pairs, each block's bytes stored in the order the ``mma.sync`` A operand's registers hold them
 (:func:`frag_planes`): byte ``i = (g, t, e3, e2, e1 e0)`` (bits from high to low) of a block is
 row ``8 e2 + g``, pair column ``16 e3 + 4 t + (e1 e0)``. So one 16-byte load per lane and plane
@@ -190,13 +191,20 @@ class W12Tensor:
     @property
     def nbytes(self) -> int:
         """Bytes of every packed buffer (planes + escape CSR): what a GEMM call must stream, plus
-        the planes' zero padding (none where K2 is a multiple of 64, under 64 pairs per row
-        else)."""
+        the planes' zero padding (rows order: none where K2 is a multiple of 64, under 64 pairs
+        per row else; frag order: rows to a multiple of 16, pairs to a multiple of 32)."""
         return sum(t.numel() * t.element_size() for t in self._buffers().values())
 
     def _buffers(self) -> dict[str, torch.Tensor]:
         return {"planes": self.planes, "row_ptr": self.row_ptr, "esc_col": self.esc_col,
                 "esc_bits": self.esc_bits, "esc_delta": self.esc_delta}
+
+    def _state_names(self) -> dict[str, str]:
+        """Buffer name -> state-dict key: fragment-order planes are saved as ``frag_planes``, so a
+        reader that knows only rows order fails on the missing ``planes`` instead of decoding
+        them in the wrong order."""
+        return {k: "frag_planes" if (k, self.order) == ("planes", "frag") else k
+                for k in self._buffers()}
 
     def unpack(self) -> torch.Tensor:
         """The original bf16 tensor, bit for bit (Triton decode on GPU, torch on CPU)."""
@@ -245,18 +253,18 @@ class W12Tensor:
 
     def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
         """Tensors only (safetensors-friendly) for offline packing; see :meth:`from_state_dict`."""
-        out = {prefix + k: v for k, v in self._buffers().items()}
+        names = self._state_names()
+        out = {prefix + names[k]: v for k, v in self._buffers().items()}
         out[prefix + "shape"] = torch.tensor(list(self.shape), dtype=torch.int64)
         out[prefix + "base"] = torch.tensor([self.base], dtype=torch.int64)
         out[prefix + "bit_layout"] = torch.tensor([BIT_LAYOUT], dtype=torch.int64)
-        out[prefix + "plane_order"] = torch.tensor([PLANE_ORDERS.index(self.order)],
-                                                   dtype=torch.int64)
         return out
 
     @classmethod
     def from_state_dict(cls, state: dict[str, torch.Tensor], prefix: str = "") -> "W12Tensor":
         """Rebuild a W12Tensor saved with :meth:`state_dict` (validates the layout)."""
-        if prefix + "planes" not in state and prefix + "sm" in state:
+        order = "frag" if prefix + "frag_planes" in state else "rows"
+        if order == "rows" and prefix + "planes" not in state and prefix + "sm" in state:
             raise ValueError(f"{prefix or 'the'} W12 state has row-major 'sm'/'nib' planes, from "
                              "before the blocked layout: pack the weight again")
         layout = state.get(prefix + "bit_layout")
@@ -266,15 +274,11 @@ class W12Tensor:
                              f"in the sm byte), this version reads {BIT_LAYOUT}: pack the "
                              "weight again")
         shape = torch.Size(int(d) for d in state[prefix + "shape"].tolist())
-        order = state.get(prefix + "plane_order")  # absent: saved before the frag order
-        order = 0 if order is None else int(order.reshape(-1)[0])
-        if not 0 <= order < len(PLANE_ORDERS):
-            raise ValueError(f"{prefix or 'the'} W12 state has plane order {order}, this "
-                             f"version reads 0..{len(PLANE_ORDERS) - 1} {PLANE_ORDERS}")
-        packed = cls(shape=shape, base=int(state[prefix + "base"][0]),
-                     **{k: state[prefix + k] for k in ("planes", "row_ptr", "esc_col",
-                                                       "esc_bits", "esc_delta")},
-                     order=PLANE_ORDERS[order])
+        planes = state[prefix + ("frag_planes" if order == "frag" else "planes")]
+        packed = cls(shape=shape, base=int(state[prefix + "base"][0]), planes=planes,
+                     **{k: state[prefix + k] for k in ("row_ptr", "esc_col", "esc_bits",
+                                                       "esc_delta")},
+                     order=order)
         packed.validate()
         return packed
 

@@ -236,7 +236,11 @@ def w12_pack(w: torch.Tensor, config: dict | None = None) -> W12Tensor:
 
 
 def w12_unpack(packed: W12Tensor, config: dict | None = None) -> torch.Tensor:
-    """Decode with the Triton kernel, then restore escapes; same contract as ``w12_unpack_ref``."""
+    """Decode with the Triton kernel, then restore escapes; same contract as ``w12_unpack_ref``.
+    Rows-order planes only (``W12Tensor.unpack`` re-lays a fragment-order tensor first)."""
+    if packed.order != "rows":
+        raise ValueError(f"w12_unpack reads rows-order planes, this tensor is in "
+                         f"{packed.order!r} order: call its unpack() (it re-lays them)")
     cfg = _checked(config, packed.block_pairs)
     r, k, k2 = packed.rows, packed.cols, packed.k_half
     out = torch.empty((r, k), dtype=torch.bfloat16, device=packed.device)

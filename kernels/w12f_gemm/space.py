@@ -10,12 +10,14 @@ Triton would emit ``wgmma``, whose A layout is not the planes'), and ``num_stage
 go from global memory to registers; more stages copy them through shared memory first). ``gemv``
 runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied per row in unrolled chunks of this many.
 
-SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same kernels,
-results/h200-2026-12-02-w12-frag-*.json): one stage everywhere (three stages lost to it by up to
-6% on the wide shapes, results/h200-2026-12-02-w12-frag-one-stage.json), 2 warps x 64 pairs or 4
-warps x 128 pairs on the wide projections (gate_up, lm_head), 1-2 warps x 256 pairs on the
-attention and GDN input projections, and 4-way split K with 128-pair steps on the narrow ones
-(down_proj, out_proj: N = 5120 leaves too few row tiles).
+SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
+instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
+results/h200-2026-12-02-w12-frag-*.json, then re-measured on this op in ...-kernels-frag.json): one
+stage everywhere (three stages lost to it by up to 6% on the wide shapes,
+results/h200-2026-12-02-w12-frag-one-stage.json), 2 warps x 64 pairs or 4 warps x 128 pairs on the
+wide projections (gate_up, lm_head), 1-2 warps x 256 pairs on the attention and GDN input
+projections, and 4-way split K with 128-pair steps on the narrow ones (down_proj, out_proj: N =
+5120 leaves too few row tiles).
 """
 
 import itertools
@@ -119,13 +121,17 @@ SWEEP = [
 
 
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
-    """The untuned choice (logged by the launcher when used): the integer decode, 2 warps x 64
-    pairs (or what divides the blocks of a row), split K until the row tiles fill the SMs 4x."""
+    """The untuned choice (logged by the launcher when used): the integer decode, 2 warps (more
+    where N has too many row tiles for the grid) x 64 pairs (or what divides the blocks of a row),
+    split K until the row tiles fill the SMs 4x."""
     blocks = cdiv(cdiv(k, 2), FRAG_PAIRS)
     block_k = FRAG_PAIRS * (2 if blocks % 2 == 0 else 1)
-    tiles, steps, split = cdiv(n, 2 * FRAG_ROWS), blocks // (block_k // FRAG_PAIRS), 1
+    warps = 2
+    while warps < 8 and cdiv(cdiv(n, FRAG_ROWS), warps) > MAX_GRID_Y:
+        warps *= 2
+    tiles, steps, split = cdiv(n, warps * FRAG_ROWS), blocks // (block_k // FRAG_PAIRS), 1
     while split < 8 and tiles * split < 4 * num_sms and steps // (split * 2) >= 2:
         split *= 2
     if m == 1:
-        return _gemv(2, block_k, split, decode="int")
-    return _mma(2, block_k, min(64, max(8, next_pow2(m))), split, decode="int")
+        return _gemv(warps, block_k, split, decode="int")
+    return _mma(warps, block_k, min(64, max(8, next_pow2(m))), split, decode="int")

@@ -20,13 +20,16 @@ Two kernels:
   e1 e0 are its registers), so a K step leaves two partial sums per thread; the four lanes of a
   row are summed once, after the K loop.
 
-Measured on the H200 against the rows-order kernels of :mod:`specpilot.kernels.w12_gemm`, each
-op's sweep winners side by side (results/h200-2026-12-02-kernels-frag.json): at M = 2-16 faster
-on 27 of the 30 Qwen3.8-27B / Muse-Glimmer-30B rows, by 1.5-12.5% (gate_up M = 4: 67.0 vs 71.7
-us, 0.79x the best bf16 GEMM; gdn_in M = 16 38.3 vs 43.8), slower on gdn_out at M = 2 and 16 by
-3-6%; at M = 1 the rows-order GEMV stays ahead on six of eight shapes (down_proj 34.3 vs 38.4, a
-tie on the Muse shapes). Hence two ops and a recipe option (``w12_order``), not one layout. The
-kernels were grown in ``experiments/h200_w12_frag.py`` (results/h200-2026-12-02-w12-frag-*.json).
+Measured on the H200 against the rows-order kernels of :mod:`specpilot.kernels.w12_gemm`, each op's
+sweep winners side by side (results/h200-2026-12-02-kernels-frag.json): at M = 2-16 faster on 29 of
+the 32 Qwen3.8-27B / Muse-Glimmer-30B rows, by 1.2-12.5% (gate_up M = 4: 67.0 vs 71.7 us, 0.79x the
+best bf16 GEMM; gdn_in M = 16 38.3 vs 43.8), slower on gdn_out at M = 2 and 16 by 5.8% and 2.6% and
+level on mg_down at M = 16; at M = 1 the rows-order GEMV stays ahead on six of eight shapes
+(down_proj 34.3 vs 38.4, a tie on the Muse shapes). In the speculative engine
+(results/h200-2026-12-02-w12-ar-run26.json, -run27) the target in fragment order was no faster:
+0.996-0.997x the speed of rows order end to end. Hence two ops and a recipe option (``w12_order``),
+not one layout. The kernels were grown in ``experiments/h200_w12_frag.py``
+(results/h200-2026-12-02-w12-frag-*.json).
 
 Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
 that owns the first K steps applies the escapes, split partials are summed in split order by the
@@ -109,11 +112,12 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
-                        ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
+                        ESC_CHUNK: tl.constexpr, PDL: tl.constexpr, MMA_V2: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
     per row: the launcher checks). float32 x (``X_F32``): the decoded weights widened, an IEEE
-    float32 dot. ``PDL``: nothing is read before the previous kernel has finished."""
+    float32 dot. ``PDL``: nothing is read before the previous kernel has finished. ``MMA_V2``
+    only keys Triton's cache (:mod:`specpilot.kernels.common.mma` picks the instruction)."""
     BLOCK_K: tl.constexpr = 32 * FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -190,6 +194,9 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     if x_f32 and config is None:  # tuned entries are bf16 timings
         config = space.default_config(m, n, k, num_sms(x.device))
     cfg = resolve_config("w12f_gemm", config, m, n, k, x.device, space)
+    if x_f32 and cfg["kernel"] == "mma" and cfg["num_stages"] > 1:
+        raise ValueError("float32 x doubles the x tiles the space budgets shared memory for: "
+                         "run it with num_stages 1 (the default config does)")
     rb, kb = packed.planes.shape[:2]
     fc = cfg["BLOCK_K"] // FRAG_PAIRS
     steps = kb // fc
@@ -207,7 +214,8 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
         w12f_fwd_kernel_gemv[grid](*args, **meta)
     else:
         with mma_v2_compile(cfg["MMA_V2"]):
-            w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32, **meta)
+            w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
+                                      MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

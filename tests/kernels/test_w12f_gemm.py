@@ -22,6 +22,7 @@ from specpilot.kernels.tuning.ops import complete_config
 from specpilot.kernels.tuning.ops import get_op
 from specpilot.kernels.tuning.ops import synthetic_weight
 from specpilot.kernels.w12.format import W12Tensor
+from specpilot.kernels.w12.triton import w12_unpack
 from specpilot.kernels.w12f_gemm import space
 from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
@@ -66,11 +67,15 @@ def test_frag_block_bytes_follow_the_mma_a_fragment():
         assert block[i] == nib[8 * e2 + g, 16 * e3 + 4 * t + e]
 
 
-def test_state_dict_refuses_an_unknown_plane_order():
-    state = w12.pack(synthetic_weight(16, 64, torch.device("cpu"), 0)).state_dict()
-    state["plane_order"] = torch.tensor([7])
-    with pytest.raises(ValueError, match="plane order 7"):
-        W12Tensor.from_state_dict(state)
+def test_frag_state_never_reads_as_rows_order():
+    """Fragment-order planes are saved as ``frag_planes``: a reader of rows order finds no
+    ``planes`` (an error, not wrong weights), and the raw rows-order decode refuses them."""
+    packed = w12.pack(synthetic_weight(16, 64, torch.device("cpu"), 0), order="frag")
+    state = packed.state_dict()
+    assert "frag_planes" in state and "planes" not in state
+    assert "planes" in packed.with_order("rows").state_dict()
+    with pytest.raises(ValueError, match="rows-order planes"):
+        w12_unpack(packed)
 
 
 CASES = [
@@ -110,6 +115,14 @@ def test_default_config_runs_odd_shapes():
         exact, abs_sum = gemm_exact(x, w)
         assert check_close("default", w12f_gemm.linear(x, w12.pack(w, order="frag")), exact,
                            abs_sum).ok
+
+
+def test_float32_x_refuses_a_pipelined_config():
+    """float32 x tiles take twice the shared memory validate budgets for bf16 ones."""
+    w = synthetic_weight(20, 128, torch.device("cpu"), 0)
+    with pytest.raises(ValueError, match="num_stages 1"):
+        w12f_gemm.linear(torch.randn(4, 128), w12.pack(w, order="frag"),
+                         mma() | {"num_stages": 2})
 
 
 def test_each_gemm_refuses_the_other_order():
