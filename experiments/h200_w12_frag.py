@@ -63,19 +63,9 @@ from specpilot.kernels.w12.triton import window_scale  # noqa: E402
 from specpilot.kernels.w12_gemm.triton import apply_escapes  # noqa: E402
 from specpilot.kernels.w12_gemm.triton import escape_rows  # noqa: E402
 from specpilot.kernels.w12_gemm.triton import w12_gemm  # noqa: E402
+from specpilot.kernels.w12f_gemm.triton import frag_to_a  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
-
-
-@triton.jit
-def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
-    """A plane tile as loaded (``[FC * W * 512]`` bytes: chunk, warp, lane, byte) -> the
-    ``[16 W, 32 FC]`` A tile. Byte e of lane
-    (g, t) of warp w in chunk c is row ``16 w + 8 e2 + g``, pair column ``32 c + 16 e3 + 4 t +
-    (e1 e0)``: bits of e and of the lane as the mma.sync A operand (kWidth 4) holds them."""
-    t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])  # c, w, g, lane t, e3, e2, e1 e0
-    t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
-    return tl.reshape(t, [16 * W, 32 * FC])
 
 
 @triton.jit

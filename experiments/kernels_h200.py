@@ -56,6 +56,7 @@ from specpilot.kernels.tuning.ops import get_op
 from specpilot.kernels.tuning.ops import synthetic_weight
 from specpilot.kernels.tuning.study import evaluate
 from specpilot.kernels.w12 import reference as w12_ref
+from specpilot.kernels.w12.format import GEMM_FOR_ORDER
 from specpilot.kernels.w12.triton import w12_pack
 from specpilot.kernels.w12.triton import w12_unpack
 
@@ -78,7 +79,7 @@ LARGE_BYTES = 150e6  # "large projection": bf16 weight of at least 150 MB
 GOAL_LABELS = {"triton_not_slower_than_cublas": "tri<=cub",
                "triton_ge_90pct_read_ceiling": "tri>=90%", "w12_le_0.80x_best_bf16": "w12<=0.8x"}
 DEV = torch.device("cpu" if CPU_SMOKE else "cuda")
-W12_OPS = ("w12_gemm", "w12f_gemm")  # the W12 GEMM on rows-order and on fragment-order planes
+W12_OPS = tuple(GEMM_FOR_ORDER.values())  # the W12 GEMM on each plane order
 
 
 def sync():
@@ -251,7 +252,7 @@ def table(rows):
         ratio = r["ratios"]["w12_over_best_bf16"]
         w_rat = f"{ratio:8.2f}" if ratio else f"{'-':>8}"
         marks = " ".join(("" if v else "MISS ") + GOAL_LABELS[g] for g, v in r["goals"].items())
-        order = {"w12_gemm": "rows", "w12f_gemm": "frag"}.get(wq["op"] if wq else "", "-")
+        order = {op: o for o, op in GEMM_FOR_ORDER.items()}.get(wq["op"] if wq else "", "-")
         lines.append(f"{r['shape']:<13}{r['M']:>3} {cub['p50_us']:8.1f} {cub['tb_s']:5.2f} {t_us} "
                      f"{t_bw} {t_pct} {w_us} {w_rat} {order:>4}  {marks}")
     return "\n".join(lines)

@@ -60,6 +60,8 @@ BLOCK_PAIRS = 512
 FRAG_ROWS = 16
 FRAG_PAIRS = 32
 PLANE_ORDERS = ("rows", "frag")
+GEMM_FOR_ORDER = {"rows": "w12_gemm", "frag": "w12f_gemm"}
+"""The GEMM op (``specpilot.kernels.<op>``) that reads each plane order."""
 BIT_LAYOUT = 2
 """Which bits the ``sm`` and ``nib`` bytes hold, saved with every packed tensor: 1 (never saved)
 was the sign in ``sm`` and the whole code in a nibble; 2 is the layout above."""
@@ -199,13 +201,6 @@ class W12Tensor:
         return {"planes": self.planes, "row_ptr": self.row_ptr, "esc_col": self.esc_col,
                 "esc_bits": self.esc_bits, "esc_delta": self.esc_delta}
 
-    def _state_names(self) -> dict[str, str]:
-        """Buffer name -> state-dict key: fragment-order planes are saved as ``frag_planes``, so a
-        reader that knows only rows order fails on the missing ``planes`` instead of decoding
-        them in the wrong order."""
-        return {k: "frag_planes" if (k, self.order) == ("planes", "frag") else k
-                for k in self._buffers()}
-
     def unpack(self) -> torch.Tensor:
         """The original bf16 tensor, bit for bit (Triton decode on GPU, torch on CPU)."""
         if self.device.type == "cuda":
@@ -252,9 +247,12 @@ class W12Tensor:
         return tuple(blocks)
 
     def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
-        """Tensors only (safetensors-friendly) for offline packing; see :meth:`from_state_dict`."""
-        names = self._state_names()
-        out = {prefix + names[k]: v for k, v in self._buffers().items()}
+        """Tensors only (safetensors-friendly) for offline packing; see :meth:`from_state_dict`.
+        Fragment-order planes are saved as ``frag_planes``, so a reader that knows only rows order
+        fails on the missing ``planes`` instead of decoding them in the wrong order."""
+        out = {prefix + k: v for k, v in self._buffers().items()}
+        if self.order == "frag":
+            out[prefix + "frag_planes"] = out.pop(prefix + "planes")
         out[prefix + "shape"] = torch.tensor(list(self.shape), dtype=torch.int64)
         out[prefix + "base"] = torch.tensor([self.base], dtype=torch.int64)
         out[prefix + "bit_layout"] = torch.tensor([BIT_LAYOUT], dtype=torch.int64)

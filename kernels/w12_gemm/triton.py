@@ -66,6 +66,7 @@ from specpilot.kernels.common.streamk import store_tile
 from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.skinny_gemm.triton import row_x
 from specpilot.kernels.skinny_gemm.triton import rows_sum
+from specpilot.kernels.w12.format import GEMM_FOR_ORDER
 from specpilot.kernels.w12.format import W12Tensor
 from specpilot.kernels.w12.triton import DECODE_ASM
 from specpilot.kernels.w12.triton import plane_cols
@@ -505,9 +506,9 @@ def w12_call(op: str, x: torch.Tensor, packed: W12Tensor, order: str,
         raise ValueError(f"expected x [M, K] and a 2-D W12 weight [N, K], got "
                          f"{tuple(x.shape)} and {tuple(packed.shape)}")
     if packed.order != order:
-        other = "w12f_gemm" if op == "w12_gemm" else "w12_gemm"
         raise ValueError(f"{op} reads {order}-order planes, this weight is in {packed.order!r} "
-                         f"order: pack it with order={order!r}, or use {other}")
+                         f"order: pack it with order={order!r}, or use "
+                         f"{GEMM_FOR_ORDER[packed.order]}")
     if x.dtype not in (torch.bfloat16, torch.float32):
         raise TypeError(f"{op} takes bf16 (or float32) x, got {x.dtype}")
     if x.device != packed.device:
