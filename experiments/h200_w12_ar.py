@@ -15,12 +15,14 @@
 3. ``--spec``: the same for stock DFlash2 with replayed acceptance, ``stock`` vs
    ``stock+w12-target`` and ``stock+w12-target-frag`` (the target's W12 planes in fragment
    order, kernels/w12f_gemm) (the verify forward runs the W12 GEMM at M = block size).
+   ``--profile``: then each spec engine's GPU kernels per decode step over two prompts
+   (torch.profiler, the grouping of ``h200_profile_step.py``), to say where the engines differ.
 
 Writes ``$OUT/h200_w12_ar.json``; each stage prints a progress line to stderr. ``--watchdog-s S``
 prints every thread's Python stack and exits after S seconds, so a run cut by the device call's
 limit still says where it was (one run at 55c1176 was cut silently at 480 s). Run from the repo
-root: ``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--pdl-ab]
-[--l2 2,8,64] [--watchdog-s 540]``
+root: ``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--profile]
+[--pdl-ab] [--l2 2,8,64] [--watchdog-s 540]``
 """
 
 import argparse
@@ -103,6 +105,27 @@ def progress(what: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
+def profile(engine, workload, replay, prompts: int = 2, top: int = 30) -> dict:
+    """GPU kernels of ``engine``'s decode of the first ``prompts`` prompts, per decode step."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from h200_profile_step import _kernels
+
+    from specpilot.bench.runner import run_prompt
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        steps = sum(len(run_prompt(engine, workload, i, replay=replay)["accept_lengths"])
+                    for i in range(prompts))
+        torch.cuda.synchronize()
+    rows = _kernels(prof, steps)
+    for r in rows[:top]:
+        print(f"{r['us_per_step']:9.1f} us {r['calls_per_step']:6.1f}x  {r['kernel'][:110]}",
+              flush=True)
+    return {"steps": steps, "gpu_us_per_step": sum(r["us_per_step"] for r in rows),
+            "kernels": rows[:top]}
+
+
 def interleave(engines: dict, workload, rounds: int, replay=None) -> dict:
     """Every prompt on every engine, in a rotating order; ratios of each pair of engines."""
     from specpilot.bench.runner import run_prompt
@@ -135,6 +158,8 @@ def main() -> None:
     parser.add_argument("--wide", action="store_true", help="sweep WIDE_W12 too")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spec", action="store_true", help="also stock vs stock+w12-target")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --spec: each spec engine's kernels per decode step")
     parser.add_argument("--pdl-ab", action="store_true", help="also bf16 and w12 engines whose "
                         "graphs were captured without programmatic dependent launch")
     parser.add_argument("--l2", default="", help="L2_PREFETCH values whose variants of the "
@@ -205,6 +230,9 @@ def main() -> None:
         result["spec"]["acceptance"] = setting.scenario.acceptance_profile
         print(json.dumps({k: result["spec"][k] for k in ("median_ms_per_token", "speedups")},
                          indent=1), flush=True)
+        if args.profile:
+            result["spec_profile"] = {name: profile(engine, workload, replay)
+                                      for name, engine in spec.items()}
     (OUT / "h200_w12_ar.json").write_text(json.dumps(result, indent=1, default=str))
 
 
