@@ -27,18 +27,13 @@ dividing ``BP`` is contiguous in each row (``plane_rows`` and ``plane_cols`` in
 :mod:`specpilot.kernels.w12.triton` give the offsets).
 
 Plane order ``"frag"`` (``W12Tensor.order``; ``pack(w, order="frag")``; saved as ``frag_planes``
-instead of ``planes``, so an older reader refuses it, with its ``frag_layout``): blocks of 16 rows
-x 32 pairs, each block's bytes stored in the order the ``mma.sync`` A operand's registers hold
-them (:func:`frag_planes`): byte ``i = (g, t, e3, e2, e1 e0)`` (bits from high to low) of a block
-is row ``8 e2 + g``, pair column ``8 t + 4 e3 + (e1 e0)``. So one 16-byte load per lane and plane
+instead of ``planes``, so an older reader refuses it): blocks of 16 rows x 32
+pairs, each block's bytes stored in the order the ``mma.sync`` A operand's registers hold them
+(:func:`frag_planes`): byte ``i = (g, t, e3, e2, e1 e0)`` (bits from high to low) of a block is
+row ``8 e2 + g``, pair column ``16 e3 + 4 t + (e1 e0)``. So one 16-byte load per lane and plane
 is lane ``(g, t)``'s share of the block's A fragment, and a kernel's tile of W x FC blocks goes
 from global memory straight to its registers with no layout conversion
-(:mod:`specpilot.kernels.w12f_gemm`). The MMA puts byte ``(t, e3, e1 e0)`` at its k index ``16 e3
-+ 4 t + (e1 e0)``; any order of k gives the same products if the activations follow it, and this
-one gives lane ``(g, t)`` the 8 activations of its bytes' columns as one contiguous 16-byte run
-per token, loaded straight into the MMA's other operand as well (frag layout 2; layout 1 had the
-pair column equal to the k index, and its activations went through shared memory). The bits of
-every byte are the same in both orders.
+(:mod:`specpilot.kernels.w12f_gemm`). The bits of every byte are the same in both orders.
 
 - ``base``: per tensor, the start of the 16-wide exponent window ``[base, base + 15]`` that covers
   the most weights (lowest such base on ties; ``1 <= base <= 239``, so exponents 0 and 255 --
@@ -70,9 +65,6 @@ GEMM_FOR_ORDER = {"rows": "w12_gemm", "frag": "w12f_gemm"}
 BIT_LAYOUT = 2
 """Which bits the ``sm`` and ``nib`` bytes hold, saved with every packed tensor: 1 (never saved)
 was the sign in ``sm`` and the whole code in a nibble; 2 is the layout above."""
-FRAG_LAYOUT = 2
-"""Which pair column each byte of a fragment-order block holds, saved with fragment-order planes:
-1 (never saved) was ``16 e3 + 4 t + (e1 e0)``; 2 is ``8 t + 4 e3 + (e1 e0)`` (above)."""
 
 
 def block_pairs_for(k2: int) -> int:
@@ -112,15 +104,15 @@ def frag_planes(sm: torch.Tensor, nib: torch.Tensor) -> torch.Tensor:
     padded to blocks of :data:`FRAG_ROWS` x :data:`FRAG_PAIRS`)."""
     planes = block_planes(sm, nib, FRAG_ROWS, FRAG_PAIRS)
     rb, kb = planes.shape[:2]
-    # rows (e2, g), pairs (t, e3, e1 e0) -> bytes (g, t, e3, e2, e1 e0)
-    t = planes.view(rb, kb, 3, 2, 8, 4, 2, 4).permute(0, 1, 2, 4, 5, 6, 3, 7)
+    # rows (e2, g), pairs (e3, t, e1 e0) -> bytes (g, t, e3, e2, e1 e0)
+    t = planes.view(rb, kb, 3, 2, 8, 2, 4, 4).permute(0, 1, 2, 4, 6, 5, 3, 7)
     return t.contiguous().view(rb, kb, 3, FRAG_ROWS, FRAG_PAIRS)
 
 
 def unfrag_planes(planes: torch.Tensor) -> torch.Tensor:
     """Inverse of the permutation in :func:`frag_planes`: the same blocks, rows order."""
     rb, kb = planes.shape[:2]
-    t = planes.reshape(rb, kb, 3, 8, 4, 2, 2, 4).permute(0, 1, 2, 6, 3, 4, 5, 7)
+    t = planes.reshape(rb, kb, 3, 8, 4, 2, 2, 4).permute(0, 1, 2, 6, 3, 5, 4, 7)
     return t.contiguous().view(rb, kb, 3, FRAG_ROWS, FRAG_PAIRS)
 
 
@@ -257,12 +249,10 @@ class W12Tensor:
     def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
         """Tensors only (safetensors-friendly) for offline packing; see :meth:`from_state_dict`.
         Fragment-order planes are saved as ``frag_planes``, so a reader that knows only rows order
-        fails on the missing ``planes`` instead of decoding them in the wrong order, with their
-        :data:`FRAG_LAYOUT`."""
+        fails on the missing ``planes`` instead of decoding them in the wrong order."""
         out = {prefix + k: v for k, v in self._buffers().items()}
         if self.order == "frag":
             out[prefix + "frag_planes"] = out.pop(prefix + "planes")
-            out[prefix + "frag_layout"] = torch.tensor([FRAG_LAYOUT], dtype=torch.int64)
         out[prefix + "shape"] = torch.tensor(list(self.shape), dtype=torch.int64)
         out[prefix + "base"] = torch.tensor([self.base], dtype=torch.int64)
         out[prefix + "bit_layout"] = torch.tensor([BIT_LAYOUT], dtype=torch.int64)
@@ -281,11 +271,6 @@ class W12Tensor:
             raise ValueError(f"{prefix or 'the'} W12 state has bit layout {layout} (1: the sign "
                              f"in the sm byte), this version reads {BIT_LAYOUT}: pack the "
                              "weight again")
-        frag = state.get(prefix + "frag_layout")
-        frag = 1 if frag is None else int(frag.reshape(-1)[0])
-        if order == "frag" and frag != FRAG_LAYOUT:
-            raise ValueError(f"{prefix or 'the'} W12 state has fragment layout {frag}, this "
-                             f"version reads {FRAG_LAYOUT}: pack the weight again")
         shape = torch.Size(int(d) for d in state[prefix + "shape"].tolist())
         planes = state[prefix + ("frag_planes" if order == "frag" else "planes")]
         packed = cls(shape=shape, base=int(state[prefix + "base"][0]), planes=planes,

@@ -5,9 +5,9 @@ warp: there is no separate ``BLOCK_N``, which the tuner would otherwise sample i
 pairs) by ``BLOCK_K`` pairs (a multiple of the 32-pair block that divides the weight's pair
 blocks per row), split K ``SPLIT_K`` ways, and decode with ``DECODE`` ("int": Triton integer ops,
 runs anywhere; "prmt": the inline-PTX decode, GPU only). ``mma`` takes ``BLOCK_T`` tokens per
-program (M above it: tiles of ``BLOCK_T``; its dot is batched per warp, which Triton compiles to
-``mma.sync`` at any warp count) and ``num_stages`` (1: the planes and activations go from global
-memory to registers; more stages copy them through shared memory first). ``gemv``
+program (M above it: tiles of ``BLOCK_T``), ``MMA_V2`` (1: ``mma.sync`` also on 4+ warps, where
+Triton would emit ``wgmma``, whose A layout is not the planes'), and ``num_stages`` (1: the planes
+go from global memory to registers; more stages copy them through shared memory first). ``gemv``
 runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied per row in unrolled chunks of this many.
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
@@ -39,14 +39,14 @@ KEY = ("M_BUCKET", "N", "K")
 _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": [1, 2, 4, 8],
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4]}
 PARAMS = {
-    "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3]},
+    "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
 ADDED_DEFAULTS: dict = {}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
-# BLOCK_N, always 16 x num_warps, and MMA_V2, which the batched dot made moot (mma.sync always).
-REMOVED_KEYS = {"mma": ("BLOCK_N", "MMA_V2"), "gemv": ("BLOCK_N",)}
+# BLOCK_N, always 16 x num_warps.
+REMOVED_KEYS = {"mma": ("BLOCK_N",), "gemv": ("BLOCK_N",)}
 TEST_ONLY_KEYS = ("_test_corrupt",)
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which holds the row tiles
 _SMEM_BUDGET = 160 * 1024
@@ -97,9 +97,11 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                              f"memory > {_SMEM_BUDGET}")
 
 
-def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, decode: str = "prmt") -> dict:
+def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
+         decode: str = "prmt") -> dict:
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
-            "DECODE": decode, "ESC_CHUNK": 1, "BLOCK_T": block_t, "num_stages": 1}
+            "DECODE": decode, "ESC_CHUNK": 1, "BLOCK_T": block_t, "num_stages": 1,
+            "MMA_V2": mma_v2}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt") -> dict:
@@ -109,15 +111,12 @@ def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt") -> d
 
 SWEEP = [
     _gemv(4, 128), _gemv(1, 128), _gemv(2, 128, 4),
-    _mma(2, 64, 8), _mma(4, 128, 8), _mma(1, 256, 8), _mma(2, 256, 8),
+    _mma(2, 64, 8), _mma(4, 128, 8, mma_v2=1), _mma(1, 256, 8), _mma(2, 256, 8),
     _mma(2, 128, 8, 4), _mma(1, 128, 8, 4),
-    _mma(2, 128, 16, 4), _mma(2, 256, 16), _mma(4, 128, 16),
-    _mma(4, 128, 16, 2),
-    # one warp per program with 16 tokens, and 4 warps on short steps: unmeasured since the
-    # activations stopped passing through shared memory (frag layout 2)
-    _mma(1, 256, 16), _mma(1, 128, 16, 4), _mma(4, 64, 8),
+    _mma(2, 128, 16, 4), _mma(2, 256, 16), _mma(4, 128, 16, mma_v2=1),
+    _mma(4, 128, 16, 2, mma_v2=1),
     # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
-    _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32), _mma(2, 128, 64, 2),
+    _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
 ]
 
 

@@ -47,6 +47,7 @@ from specpilot.kernels.common.launch import lock_buffer
 from specpilot.kernels.common.launch import num_sms
 from specpilot.kernels.common.launch import resolve_config
 from specpilot.kernels.common.launch import workspace
+from specpilot.kernels.common.mma import mma_v2_compile
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.w12.format import FRAG_PAIRS
@@ -78,54 +79,10 @@ def tile_offsets(pid_n, RB, KB, W: tl.constexpr, FC: tl.constexpr):
 def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
     """A decoded plane tile as loaded (chunk, warp, lane (g, t), byte (e3, e2, e1 e0)) -> the
     ``[16 W, 32 FC]`` tile: byte e of lane (g, t) of warp w in chunk c is row ``16 w + 8 e2 +
-    g``, k index ``32 c + 16 e3 + 4 t + (e1 e0)`` (its pair column is ``32 c + 8 t + 4 e3 + (e1
-    e0)``; :func:`to_b` puts that column's activations at the same k index)."""
+    g``, pair column ``32 c + 16 e3 + 4 t + (e1 e0)``."""
     t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])
     t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
     return tl.reshape(t, [16 * W, 32 * FC])
-
-
-@triton.jit
-def x_offsets(x_ptr, stride_xm, pid_t, M, W: tl.constexpr, FC: tl.constexpr,
-              BLOCK_T: tl.constexpr):
-    """Pointers, token mask and column of the first K step's low-half activations, laid out
-    [runs, 8]: run ``r = (c, n1, w, g, t)`` (high to low) is token ``8 n1 + g`` of the tile at
-    the 8 pair columns ``32 c + 8 t + (e3, e1 e0)`` of pair block c that lane (g, t)'s plane
-    bytes hold (format.py, frag layout 2), once per warp w (each warp multiplies its own rows by
-    the whole x tile). A run is 16 contiguous bytes, and the [runs, 8] shape keeps Triton's
-    vector at one run, so each lane loads exactly the activations :func:`to_b` needs it to hold.
-    """
-    r = tl.arange(0, 4 * BLOCK_T * FC * W)[:, None]
-    col = (r // (32 * W * (BLOCK_T // 8))) * 32 + (r % 4) * 8 + tl.arange(0, 8)[None, :]
-    tok = pid_t * BLOCK_T + (r // 4) % 8 + 8 * ((r // (32 * W)) % (BLOCK_T // 8))
-    return x_ptr + tok.to(tl.int64) * stride_xm + col, tok < M, col
-
-
-@triton.jit
-def load_x(xp, t_mask, col, j, K, K2, W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
-           EVEN_K: tl.constexpr):
-    """The MMA operands of K step at pair column ``j``: activations of the low half (columns
-    ``j ...`` of x) and of the high half (``K2 + j ...``). ``EVEN_K`` (the launcher's: K2 a
-    multiple of the step and K even): no column mask."""
-    if EVEN_K:
-        ma = t_mask
-        mb = t_mask
-    else:
-        ma = t_mask & (j + col < K2)
-        mb = t_mask & (K2 + j + col < K)
-    xa = tl.load(xp + j, mask=ma, other=0.0)
-    xb = tl.load(xp + (K2 + j), mask=mb, other=0.0)
-    return to_b(xa, W, FC, BLOCK_T), to_b(xb, W, FC, BLOCK_T)
-
-
-@triton.jit
-def to_b(t, W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Loaded activation runs (:func:`x_offsets`) -> the MMA's ``[W, 32 FC, BLOCK_T]`` operand:
-    element (e3, e1 e0) of run (c, n1, w, g, t) is k index ``32 c + 16 e3 + 4 t + (e1 e0)``
-    (where frag_to_a puts the weight of that column), token ``8 n1 + g``."""
-    t = tl.reshape(t, [FC, BLOCK_T // 8, W, 8, 4, 2, 4])
-    t = tl.permute(t, [2, 0, 5, 4, 6, 1, 3])
-    return tl.reshape(t, [W, 32 * FC, BLOCK_T])
 
 
 @triton.jit
@@ -155,38 +112,39 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
-                        ESC_CHUNK: tl.constexpr, PDL: tl.constexpr, EVEN_K: tl.constexpr):
+                        ESC_CHUNK: tl.constexpr, PDL: tl.constexpr, MMA_V2: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
-    per row: the launcher checks). Each warp's 16 rows are one batch of a dot batched over the
-    warps, each with the whole x tile, so no operand is shared between warps or passes through
-    shared memory (and Triton emits ``mma.sync``, never ``wgmma``, for a batched dot). float32 x
-    (``X_F32``): the decoded weights widened, an IEEE float32 dot. ``PDL``: nothing is read
-    before the previous kernel has finished."""
+    per row: the launcher checks). float32 x (``X_F32``): the decoded weights widened, an IEEE
+    float32 dot. ``PDL``: nothing is read before the previous kernel has finished. ``MMA_V2``
+    only keys Triton's cache (:mod:`specpilot.kernels.common.mma` picks the instruction)."""
     BLOCK_K: tl.constexpr = 32 * FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < M
     tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FC)
-    xp, x_mask, x_col = x_offsets(x_ptr, stride_xm, pid_t, M, W, FC, BLOCK_T)
+    x_cols = x_ptr + offs_t[None, :] * stride_xm
     pdl_start(PDL)
-    acc = tl.zeros([W, 16, BLOCK_T], dtype=tl.float32)
+    acc = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
     for s in range(pid_k * steps_per_split, tl.minimum(KB // FC, (pid_k + 1) * steps_per_split)):
         nib, sm_a, sm_b = load_planes(tiles + s * (FC * 1536))
-        xa, xb = load_x(xp, x_mask, x_col, s * BLOCK_K, K, K2, W, FC, BLOCK_T, EVEN_K)
-        a = tl.reshape(frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W),
-                       [W, 16, BLOCK_K])
-        b = tl.reshape(frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W),
-                       [W, 16, BLOCK_K])
+        offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
+        xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
+                     other=0.0)
+        xb = tl.load(x_cols + K2 + offs_j[:, None],
+                     mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
+        a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
+        b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
         if X_F32:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = dot_acc(b, xb, dot_acc(a, xa, acc, X_F32), X_F32)
-    store_rows(tl.trans(tl.reshape(acc, [16 * W, BLOCK_T])), scale, x_ptr, stride_xm, row_ptr,
-               esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N,
-               pid_t * tl.num_programs(1) + pid_n, pid_k, SPLIT_K, ESC_CHUNK)
+    store_rows(tl.trans(acc), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
+               out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
+               pid_k, SPLIT_K, ESC_CHUNK)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -199,10 +157,10 @@ def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
     pid_k = tl.program_id(2)
     offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
     tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FC)
-    # the pair column of each held byte: 32 c + 8 t + 4 e3 + (e1 e0), shaped as the tile
+    # the pair column of each held byte: 32 c + 16 e3 + 4 t + (e1 e0), shaped as the tile
     cols = (tl.arange(0, FC)[:, None, None, None, None, None, None] * 32
-            + tl.arange(0, 4)[None, None, None, :, None, None, None] * 8
-            + tl.arange(0, 2)[None, None, None, None, :, None, None] * 4
+            + tl.arange(0, 4)[None, None, None, :, None, None, None] * 4
+            + tl.arange(0, 2)[None, None, None, None, :, None, None] * 16
             + tl.arange(0, 4)[None, None, None, None, None, None, :])
     pdl_start(PDL)
     acc = tl.zeros([W, 8, 4, 2], dtype=tl.float32)
@@ -255,8 +213,9 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     if gemv:
         w12f_fwd_kernel_gemv[grid](*args, **meta)
     else:
-        w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
-                                  EVEN_K=k % 2 == 0 and k2 % cfg["BLOCK_K"] == 0, **meta)
+        with mma_v2_compile(cfg["MMA_V2"]):
+            w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
+                                      MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out
