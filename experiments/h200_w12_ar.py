@@ -1,5 +1,9 @@
 """H200: W12 target weights vs bf16 end to end, after tuning both GEMMs at the engine's shapes.
 
+0. ``--seed RESULTS.json,...``: first store in the tuned-config cache the winners of committed
+   kernels_h200 tables measured on this environment (e.g.
+   results/h200-2026-12-02-kernels-frag.json, a whole sweep at M = 1-16), so a short tune below
+   replaces only what it beats (kernels/tuning/seed.py).
 1. ``--tune`` (default on): for every distinct Linear shape of the target (its merged projections
    and the lm_head), the ``experiments/kernels_h200.py`` sweep at ``--ms`` (cuBLAS, the bf16 Triton
    GEMM's and the W12 GEMM's SWEEP configs, each checked against the fp64 result before it is
@@ -17,12 +21,16 @@
    order, kernels/w12f_gemm) (the verify forward runs the W12 GEMM at M = block size).
    ``--profile``: then each spec engine's GPU kernels per decode step over two prompts
    (torch.profiler, the grouping of ``h200_profile_step.py``), to say where the engines differ.
+   Read it with care: a kernel launched with PDL starts while its predecessor runs, so its
+   duration includes that wait and the kernels' times overlap (after a W12 GEMM, add + RMSNorm
+   showed 38 us per call against 2.4 after cuBLAS, results/h200-2026-12-02-w12-ar-run28-profile
+   .json); the decode's ms/token is the number to compare.
 
 Writes ``$OUT/h200_w12_ar.json``; each stage prints a progress line to stderr. ``--watchdog-s S``
 prints every thread's Python stack and exits after S seconds, so a run cut by the device call's
 limit still says where it was (one run at 55c1176 was cut silently at 480 s). Run from the repo
-root: ``python3 experiments/h200_w12_ar.py [--ms 1,8,16] [--wide] [--rounds 3] [--spec] [--profile]
-[--pdl-ab] [--l2 2,8,64] [--watchdog-s 540]``
+root: ``python3 experiments/h200_w12_ar.py [--seed RESULTS.json] [--ms 1,8,16] [--no-tune] [--wide]
+[--rounds 3] [--spec] [--profile] [--pdl-ab] [--l2 2,8,64] [--watchdog-s 540]``
 """
 
 import argparse
@@ -37,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 SETTING = "h200_c1_qwen38-27b_dflash2"
+GEMM_OPS = ("skinny_gemm", "w12_gemm", "w12f_gemm")
 
 
 def engine_shapes(model) -> dict[str, tuple[int, int]]:
@@ -97,7 +106,7 @@ def tune(model, ms: list[int], budget_s: float, wide: bool) -> dict:
     print(report["table"], flush=True)
     path = OUT / "h200_w12_kernels.json"
     path.write_text(json.dumps(report, indent=1, default=str))
-    report["seeded"] = seed_from_results(path, ops=("skinny_gemm", "w12_gemm", "w12f_gemm"))
+    report["seeded"] = seed_from_results(path, ops=GEMM_OPS)
     return {k: report[k] for k in ("shapes", "elapsed_s", "seeded")}
 
 
@@ -155,6 +164,8 @@ def main() -> None:
                         "decode; 8: the DFlash2 verify of the --spec run; 16: the issue's M)")
     parser.add_argument("--budget-s", type=float, default=150.0, help="GEMM sweep budget")
     parser.add_argument("--no-tune", action="store_true", help="use the cache as it is")
+    parser.add_argument("--seed", default="", help="comma-separated kernels_h200 JSONs to seed "
+                        "the tuned-config cache from first")
     parser.add_argument("--wide", action="store_true", help="sweep WIDE_W12 too")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spec", action="store_true", help="also stock vs stock+w12-target")
@@ -192,6 +203,11 @@ def main() -> None:
         from l2_sweep import extend_sweeps
 
         result["l2_variants"] = extend_sweeps([int(v) for v in args.l2.split(",")])
+    if args.seed:
+        from specpilot.kernels.tuning.seed import seed_from_results
+
+        result["seeded"] = {path: seed_from_results(path, ops=GEMM_OPS)
+                            for path in args.seed.split(",")}
     if not args.no_tune:
         result["tune"] = tune(models.target, [int(m) for m in args.ms.split(",")], args.budget_s,
                               args.wide)

@@ -16,7 +16,8 @@ Run from the repository root (torch + triton + numpy only; no install, no optuna
    call streams its weights from HBM.
 3. Writes one JSON (environment fingerprint, checks, per-row roofline records, goal verdicts) after
    every shape, and prints a compact table last. A wall-clock budget (``--budget-s``) stops new
-   sweep configs once spent, reusing the best config found so far for the remaining rows.
+   sweep configs once spent, reusing the best config found so far for the remaining rows (their
+   op records say ``cut_short``, and the tuned-cache seeding skips them).
 
 ``--cpu-smoke`` runs the same code on tiny shapes through the Triton interpreter (no timing value;
 it only proves the script runs; tests/kernels/test_h200_script.py uses it).
@@ -142,7 +143,8 @@ def sweep(op, case, m, n, k, ceiling, state):
             continue
         if cfg not in candidates:
             candidates.append(cfg)
-    if state["over_budget"] and state["best"].get(op.name):
+    cut_short = state["over_budget"] and bool(state["best"].get(op.name))
+    if cut_short:
         candidates = [c for c in candidates if c == state["best"][op.name]] or candidates[:1]
     tried, best = [], None
     for cfg in candidates:
@@ -159,11 +161,11 @@ def sweep(op, case, m, n, k, ceiling, state):
         if timing is not None and (best is None or timing.p50_us < best["timing"].p50_us):
             best = {"config": cfg, "timing": timing}
     if best is None:
-        return {"best": None, "sweep": tried}
+        return {"best": None, "sweep": tried, "cut_short": cut_short}
     state["best"][op.name] = best["config"]
     roof = place(op.name, m, n, k, case.traffic, best["timing"], ceiling)
     return {"best": {"config": best["config"], "timing": best["timing"].to_dict(),
-                     "roofline": roof.to_dict()}, "sweep": tried}
+                     "roofline": roof.to_dict()}, "sweep": tried, "cut_short": cut_short}
 
 
 def bench_shape(name, k, n, ms, ceiling, state):

@@ -3,6 +3,7 @@ the cache is keyed by the environment, and any changed fingerprint field is a mi
 
 import dataclasses
 import json
+from pathlib import Path
 
 import optuna
 import pytest
@@ -164,3 +165,32 @@ def test_a_study_of_another_space_is_left_alone(kernel_cache_dir, monkeypatch):
     [second] = tune("skinny_gemm", 20, 48, [1], trials=2, device="cpu", reps=1, force=True,
                     log=_quiet)
     assert second.study != first.study and second.config is not None
+
+
+def test_seeding_keeps_whole_sweeps_and_faster_entries(kernel_cache_dir, tmp_path):
+    """A committed table seeds the cache with its winners, but not those a spent budget cut
+    short, and never over a faster stored entry (a short sweep cannot undo a full one)."""
+    from specpilot.kernels.tuning.seed import seed_from_results
+
+    here = fingerprint.current("cuda").kernel_key()
+    cfg = dict(skinny_gemm.space.SWEEP[0])
+
+    def table(p50_us: float, cut_short: bool, m: int = 16) -> Path:
+        row = {"N": 64, "K": 32, "M": m, "skinny_gemm": {
+            "best": {"config": cfg, "timing": {"p50_us": p50_us}}, "cut_short": cut_short}}
+        path = tmp_path / f"t{p50_us}-{cut_short}-{m}.json"
+        path.write_text(json.dumps({"kernel_key": here, "rows": [row]}))
+        return path
+
+    key = cache.entry_key("skinny_gemm", 64, 32, skinny_gemm.space.m_bucket(16), here)
+    assert seed_from_results(table(50.0, cut_short=True)) == 0
+    assert cache.load_entry(key) is None
+    assert seed_from_results(table(40.0, cut_short=False)) == 1
+    assert seed_from_results(table(45.0, cut_short=False)) == 0  # slower than the stored 40
+    assert cache.load_entry(key)["p50_us"] == 40.0
+    assert seed_from_results(table(35.0, cut_short=False)) == 1
+    assert cache.load_entry(key)["p50_us"] == 35.0
+    other = json.loads(table(30.0, cut_short=False, m=2).read_text())
+    other["kernel_key"] = "another|gpu"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert seed_from_results(tmp_path / "other.json") == 0
