@@ -25,11 +25,14 @@ sweep winners side by side (results/h200-2026-12-02-kernels-frag.json): at M = 2
 the 32 Qwen3.8-27B / Muse-Glimmer-30B rows, by 1.2-12.5% (gate_up M = 4: 67.0 vs 71.7 us, 0.79x the
 best bf16 GEMM; gdn_in M = 16 38.3 vs 43.8), slower on gdn_out at M = 2 and 16 by 5.8% and 2.6% and
 level on mg_down at M = 16; at M = 1 the rows-order GEMV stays ahead on six of eight shapes
-(down_proj 34.3 vs 38.4, a tie on the Muse shapes). In the speculative engine
-(results/h200-2026-12-02-w12-ar-run26.json, -run27) the target in fragment order was no faster:
-0.996-0.997x the speed of rows order end to end. Hence two ops and a recipe option (``w12_order``),
-not one layout. The kernels were grown in ``experiments/h200_w12_frag.py``
-(results/h200-2026-12-02-w12-frag-*.json).
+(down_proj 34.3 vs 38.4, a tie on the Muse shapes). In the speculative engine the target in
+fragment order ran within 1% of rows order end to end (1.005x [1.000, 1.009] with a whole sweep's
+configs, results/h200-2026-12-02-w12-ar-run29-seeded.json). Hence two ops and a recipe option
+(``w12_order``), not one layout. The kernels were grown in ``experiments/h200_w12_frag.py``
+(results/h200-2026-12-02-w12-frag-*.json). Loading the activations straight into the MMA operand
+as well (a fragment layout whose lanes hold contiguous columns, x never in shared memory) was
+0.97-1.23x slower: ptxas then spreads the loads through the K step
+(results/h200-2026-12-02-kernels-frag-direct-x.json).
 
 Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
 that owns the first K steps applies the escapes, split partials are summed in split order by the
