@@ -81,6 +81,7 @@ GOAL_LABELS = {"triton_not_slower_than_cublas": "tri<=cub",
                "triton_ge_90pct_read_ceiling": "tri>=90%", "w12_le_0.80x_best_bf16": "w12<=0.8x"}
 DEV = torch.device("cpu" if CPU_SMOKE else "cuda")
 W12_OPS = tuple(GEMM_FOR_ORDER.values())  # the W12 GEMM on each plane order
+ORDER_OF_OP = {op: order for order, op in GEMM_FOR_ORDER.items()}
 
 
 def sync():
@@ -160,12 +161,13 @@ def sweep(op, case, m, n, k, ceiling, state):
                       "timing": timing.to_dict() if timing else None})
         if timing is not None and (best is None or timing.p50_us < best["timing"].p50_us):
             best = {"config": cfg, "timing": timing}
-    if best is None:
-        return {"best": None, "sweep": tried, "cut_short": cut_short}
-    state["best"][op.name] = best["config"]
-    roof = place(op.name, m, n, k, case.traffic, best["timing"], ceiling)
-    return {"best": {"config": best["config"], "timing": best["timing"].to_dict(),
-                     "roofline": roof.to_dict()}, "sweep": tried, "cut_short": cut_short}
+    record = {"best": None, "sweep": tried, "cut_short": cut_short}
+    if best is not None:
+        state["best"][op.name] = best["config"]
+        roof = place(op.name, m, n, k, case.traffic, best["timing"], ceiling)
+        record["best"] = {"config": best["config"], "timing": best["timing"].to_dict(),
+                          "roofline": roof.to_dict()}
+    return record
 
 
 def bench_shape(name, k, n, ms, ceiling, state):
@@ -254,7 +256,7 @@ def table(rows):
         ratio = r["ratios"]["w12_over_best_bf16"]
         w_rat = f"{ratio:8.2f}" if ratio else f"{'-':>8}"
         marks = " ".join(("" if v else "MISS ") + GOAL_LABELS[g] for g, v in r["goals"].items())
-        order = {op: o for o, op in GEMM_FOR_ORDER.items()}.get(wq["op"] if wq else "", "-")
+        order = ORDER_OF_OP.get(wq["op"] if wq else "", "-")
         lines.append(f"{r['shape']:<13}{r['M']:>3} {cub['p50_us']:8.1f} {cub['tb_s']:5.2f} {t_us} "
                      f"{t_bw} {t_pct} {w_us} {w_rat} {order:>4}  {marks}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ capability, driver, CUDA, torch, triton) are stored; anything else is stale and 
 a sweep's winners that its wall-clock budget cut short (``cut_short`` in the row's op record:
 once over budget, experiments/kernels_h200.py times only the previous M's winner, or the default
 config where that cannot run this M), and a winner slower than the entry already stored for the
-same key: a short sweep never replaces what a full one found. Skipping them is what made the
+same key: a short sweep never replaces what a full one found. Seeding them is what made the
 speculative engine with W12 target weights look slower than stock at 0d47649 (its M = 16 configs
 came from a 60-second sweep; results/h200-2026-12-02-w12-ar-run28-profile.json).
 """

@@ -175,11 +175,11 @@ def test_seeding_keeps_whole_sweeps_and_faster_entries(kernel_cache_dir, tmp_pat
     here = fingerprint.current("cuda").kernel_key()
     cfg = dict(skinny_gemm.space.SWEEP[0])
 
-    def table(p50_us: float, cut_short: bool, m: int = 16) -> Path:
-        row = {"N": 64, "K": 32, "M": m, "skinny_gemm": {
+    def table(p50_us: float, cut_short: bool, kernel_key: str = here) -> Path:
+        row = {"N": 64, "K": 32, "M": 16, "skinny_gemm": {
             "best": {"config": cfg, "timing": {"p50_us": p50_us}}, "cut_short": cut_short}}
-        path = tmp_path / f"t{p50_us}-{cut_short}-{m}.json"
-        path.write_text(json.dumps({"kernel_key": here, "rows": [row]}))
+        path = tmp_path / f"t{p50_us}-{cut_short}-{kernel_key}.json"
+        path.write_text(json.dumps({"kernel_key": kernel_key, "rows": [row]}))
         return path
 
     key = cache.entry_key("skinny_gemm", 64, 32, skinny_gemm.space.m_bucket(16), here)
@@ -190,7 +190,4 @@ def test_seeding_keeps_whole_sweeps_and_faster_entries(kernel_cache_dir, tmp_pat
     assert cache.load_entry(key)["p50_us"] == 40.0
     assert seed_from_results(table(35.0, cut_short=False)) == 1
     assert cache.load_entry(key)["p50_us"] == 35.0
-    other = json.loads(table(30.0, cut_short=False, m=2).read_text())
-    other["kernel_key"] = "another|gpu"
-    (tmp_path / "other.json").write_text(json.dumps(other))
-    assert seed_from_results(tmp_path / "other.json") == 0
+    assert seed_from_results(table(30.0, cut_short=False, kernel_key="another|gpu")) == 0
