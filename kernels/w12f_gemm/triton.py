@@ -110,18 +110,38 @@ def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, 
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
 
 
+@triton.jit
+def mma_step(acc, nib, sm_a, sm_b, x_cols, t_mask, s, K, K2, FC: tl.constexpr, W: tl.constexpr,
+             ASM: tl.constexpr, X_F32: tl.constexpr):
+    """``acc`` plus K step ``s``: its planes (loaded) decoded against its x columns."""
+    offs_j = s * (32 * FC) + tl.arange(0, 32 * FC)
+    xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
+                 other=0.0)
+    xb = tl.load(x_cols + K2 + offs_j[:, None], mask=(K2 + offs_j < K)[:, None] & t_mask[None, :],
+                 other=0.0)
+    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
+    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
+    if X_F32:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return dot_acc(b, xb, dot_acc(a, xa, acc, X_F32), X_F32)
+
+
 @triton.jit(do_not_specialize=["M"])
 def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
-                        ESC_CHUNK: tl.constexpr, PDL: tl.constexpr, MMA_V2: tl.constexpr):
+                        ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
+                        MMA_V2: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
-    per row: the launcher checks). float32 x (``X_F32``): the decoded weights widened, an IEEE
-    float32 dot. ``PDL``: nothing is read before the previous kernel has finished. ``MMA_V2``
-    only keys Triton's cache (:mod:`specpilot.kernels.common.mma` picks the instruction)."""
-    BLOCK_K: tl.constexpr = 32 * FC
+    per row: the launcher checks; no split is empty). float32 x (``X_F32``): the decoded weights
+    widened, an IEEE float32 dot. ``PDL``: nothing a kernel of the step writes is read before the
+    previous kernel has finished; with ``PREFETCH`` the split's first K step's planes load before
+    that wait, under the previous kernel's tail (the same products in the same order: the same
+    bits). ``MMA_V2`` only keys Triton's cache (:mod:`specpilot.kernels.common.mma` picks the
+    instruction)."""
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -130,32 +150,49 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     t_mask = offs_t < M
     tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FC)
     x_cols = x_ptr + offs_t[None, :] * stride_xm
+    s_lo = pid_k * steps_per_split
+    s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
+    if PREFETCH:
+        nib, sm_a, sm_b = load_planes(tiles + s_lo * (FC * 1536))
     pdl_start(PDL)
     acc = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
-    for s in range(pid_k * steps_per_split, tl.minimum(KB // FC, (pid_k + 1) * steps_per_split)):
+    if PREFETCH:
+        acc = mma_step(acc, nib, sm_a, sm_b, x_cols, t_mask, s_lo, K, K2, FC, W, ASM, X_F32)
+    for s in range(s_lo + PREFETCH, s_hi):
         nib, sm_a, sm_b = load_planes(tiles + s * (FC * 1536))
-        offs_j = s * BLOCK_K + tl.arange(0, BLOCK_K)
-        xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
-                     other=0.0)
-        xb = tl.load(x_cols + K2 + offs_j[:, None],
-                     mask=(K2 + offs_j < K)[:, None] & t_mask[None, :], other=0.0)
-        a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
-        b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
-        if X_F32:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = dot_acc(b, xb, dot_acc(a, xa, acc, X_F32), X_F32)
+        acc = mma_step(acc, nib, sm_a, sm_b, x_cols, t_mask, s, K, K2, FC, W, ASM, X_F32)
     store_rows(tl.trans(acc), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
                pid_k, SPLIT_K, ESC_CHUNK)
+
+
+@triton.jit
+def gemv_step(acc, nib, sm_a, sm_b, p, x_ptr, cols, s, K, K2, FC: tl.constexpr,
+              W: tl.constexpr, ASM: tl.constexpr):
+    """``acc`` plus K step ``s`` of the GEMV (planes loaded; ``sm_b`` None: loaded here, from
+    ``p``, after the low half's products)."""
+    j = s * (32 * FC) + cols
+    xa = tl.load(x_ptr + j, mask=j < K2, other=0.0).to(tl.float32)
+    xb = tl.load(x_ptr + K2 + j, mask=K2 + j < K, other=0.0).to(tl.float32)
+    w = w12_decode_scaled(sm_a, nib, False, ASM).to(tl.float32)
+    acc += tl.sum(tl.sum(tl.sum(tl.reshape(w, [FC, W, 8, 4, 2, 2, 4]) * xa, axis=6), axis=4),
+                  axis=0)
+    if sm_b is None:
+        sm_b = tl.load(p + 1024, eviction_policy="evict_first")
+    w = w12_decode_scaled(sm_b, nib, True, ASM).to(tl.float32)
+    acc += tl.sum(tl.sum(tl.sum(tl.reshape(w, [FC, W, 8, 4, 2, 2, 4]) * xb, axis=6), axis=4),
+                  axis=0)
+    return acc
 
 
 @triton.jit(do_not_specialize=["M"])
 def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                          lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
                          W: tl.constexpr, FC: tl.constexpr, SPLIT_K: tl.constexpr,
-                         ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, PDL: tl.constexpr):
-    """M == 1, grid (1, N / (16 W), SPLIT_K), the same tiles and K steps as the MMA kernel."""
+                         ASM: tl.constexpr, ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr,
+                         PDL: tl.constexpr):
+    """M == 1, grid (1, N / (16 W), SPLIT_K), the same tiles and K steps (and ``PREFETCH``) as
+    the MMA kernel."""
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
@@ -165,19 +202,19 @@ def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
             + tl.arange(0, 4)[None, None, None, :, None, None, None] * 4
             + tl.arange(0, 2)[None, None, None, None, :, None, None] * 16
             + tl.arange(0, 4)[None, None, None, None, None, None, :])
+    s_lo = pid_k * steps_per_split
+    s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
+    if PREFETCH:
+        nib, sm_a, sm_b = load_planes(tiles + s_lo * (FC * 1536))
     pdl_start(PDL)
     acc = tl.zeros([W, 8, 4, 2], dtype=tl.float32)
-    for s in range(pid_k * steps_per_split, tl.minimum(KB // FC, (pid_k + 1) * steps_per_split)):
+    if PREFETCH:
+        acc = gemv_step(acc, nib, sm_a, sm_b, tiles, x_ptr, cols, s_lo, K, K2, FC, W, ASM)
+    for s in range(s_lo + PREFETCH, s_hi):
         p = tiles + s * (FC * 1536)
         nib = tl.load(p, eviction_policy="evict_first")
-        j = s * (32 * FC) + cols
-        xa = tl.load(x_ptr + j, mask=j < K2, other=0.0).to(tl.float32)
-        xb = tl.load(x_ptr + K2 + j, mask=K2 + j < K, other=0.0).to(tl.float32)
-        for half in tl.static_range(2):
-            sm = tl.load(p + (1 + half) * 512, eviction_policy="evict_first")
-            w = w12_decode_scaled(sm, nib, half == 1, ASM).to(tl.float32)
-            prod = tl.reshape(w, [FC, W, 8, 4, 2, 2, 4]) * (xb if half == 1 else xa)
-            acc += tl.sum(tl.sum(tl.sum(prod, axis=6), axis=4), axis=0)
+        sm_a = tl.load(p + 512, eviction_policy="evict_first")
+        acc = gemv_step(acc, nib, sm_a, None, p, x_ptr, cols, s, K, K2, FC, W, ASM)
     y = tl.reshape(tl.permute(tl.sum(acc, axis=2), [0, 2, 1]), [1, 16 * W])  # rows (w, e2, g)
     store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k, SPLIT_K, ESC_CHUNK)
@@ -211,7 +248,8 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
             workspace(splits, m, n, x.device), lock_buffer(x.device, grid[0] * grid[1]), m, n, k,
             k2, rb, kb, x.stride(0), window_scale(packed.base), steps_per_split)
     meta = {"W": cfg["num_warps"], "FC": fc, "SPLIT_K": splits, "ASM": DECODE_ASM[cfg["DECODE"]],
-            "ESC_CHUNK": cfg["ESC_CHUNK"], "num_warps": cfg["num_warps"],
+            "ESC_CHUNK": cfg["ESC_CHUNK"], "PREFETCH": cfg["PREFETCH"],
+            "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"], **pdl_launch(x.device)}
     if gemv:
         w12f_fwd_kernel_gemv[grid](*args, **meta)

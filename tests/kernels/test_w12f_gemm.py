@@ -27,12 +27,12 @@ from specpilot.kernels.w12f_gemm import space
 from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
 
-def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0):
-    return {**space._mma(warps, bk, block_t, split, mma_v2), "DECODE": "int"}
+def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0):
+    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch), "DECODE": "int"}
 
 
-def gemv(warps=2, bk=32, split=1):
-    return {**space._gemv(warps, bk, split), "DECODE": "int"}
+def gemv(warps=2, bk=32, split=1, prefetch=0):
+    return {**space._gemv(warps, bk, split, prefetch=prefetch), "DECODE": "int"}
 
 
 @pytest.mark.parametrize("shape", [(70, 399), (33, 1030), (16, 64), (5, 3), (1, 1), (0, 5)])
@@ -88,7 +88,25 @@ CASES = [
     pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1), id="mma-M17-tiles"),
     pytest.param(6, 499, 64, mma(warps=4, bk=64, block_t=8, mma_v2=1), id="mma-64pair-steps"),
     pytest.param(40, 130, 20, mma(warps=1, bk=32, block_t=64, split=2), id="mma-M40-split2"),
+    pytest.param(1, 1030, 33, gemv(warps=1, split=4, prefetch=1), id="gemv-prefetch-split4"),
+    pytest.param(5, 1030, 33, mma(warps=1, split=4, prefetch=1), id="mma-prefetch-split4"),
+    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, prefetch=1),
+                 id="mma-prefetch-M17-tiles"),
 ]
+
+
+@pytest.mark.parametrize("m, k, n, config", [
+    (1, 1030, 33, gemv(warps=1, split=4)), (5, 1030, 33, mma(warps=1, split=4)),
+    (17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1))])
+def test_prefetch_gives_the_same_bits(m, k, n, config):
+    """``PREFETCH`` only moves the first K step's plane loads before the PDL wait: the same
+    products in the same order, so the same bits as without it."""
+    torch.manual_seed(1)
+    packed = w12.pack(synthetic_weight(n, k, torch.device("cpu"), 2, outlier_rate=2e-2),
+                      order="frag")
+    x = torch.randn(m, k).to(torch.bfloat16)
+    assert torch.equal(w12f_gemm.linear(x, packed, config),
+                       w12f_gemm.linear(x, packed, {**config, "PREFETCH": 1}))
 
 
 @pytest.mark.parametrize("m, k, n, config", CASES)
@@ -179,7 +197,7 @@ def test_signature_matches_reference_and_the_op_is_tunable():
 
 
 _COMPILE = """
-import collections, json
+import collections, json, re
 from specpilot.kernels.w12f_gemm import triton as ft
 from specpilot.kernels.common.sass import compile_sm90, disassemble, main_loop, opcode
 ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
@@ -188,13 +206,18 @@ common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, {"BLOCK_T": 8, "X_F32": False}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
-    c = compile_sm90(kernel, {**common, **extra}, 2, 1, ptrs, ("N", "K", "K2", "stride_xm", "KB"))
-    body = main_loop(disassemble(c.asm["cubin"]))
-    to_a = [ln for ln in c.asm["ttgir"].splitlines()
-            if "convert_layout" in ln and "dot_op<{opIdx = 0" in ln.split("->")[-1]]
-    out[name] = {"converts_to_a": len(to_a),
-                 "plane_loads": sum(1 for i in body if "LDG.E.EF.128" in i),
-                 "ops": collections.Counter(opcode(i) for i in body)}
+    for prefetch in (False, True):
+        c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
+                         ("N", "K", "K2", "stride_xm", "KB"))
+        body = main_loop(disassemble(c.asm["cubin"]))
+        to_a = [ln for ln in c.asm["ttgir"].splitlines()
+                if "convert_layout" in ln and "dot_op<{opIdx = 0" in ln.split("->")[-1]]
+        before = c.asm["ptx"].split("griddepcontrol.wait")[0]
+        out[name + ("-prefetch" if prefetch else "")] = {
+            "converts_to_a": len(to_a),
+            "plane_loads": sum(1 for i in body if "LDG.E.EF.128" in i),
+            "ops": collections.Counter(opcode(i) for i in body),
+            "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before)}
 print(json.dumps(out))
 """
 
@@ -203,14 +226,23 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     """sm_90a compile (a child process: this directory runs under the interpreter) of the 2-warp,
     128-pair tile: each thread loads 3 planes x 4 chunks with 16-byte evict-first loads, the A
     operand needs no convert_layout, and no plane byte passes through shared memory (only the x
-    tiles do: one STS per x tile chunk); the GEMV's K loop moves no data between lanes."""
+    tiles do: one STS per x tile chunk); the GEMV's K loop moves no data between lanes. With
+    ``PREFETCH`` the first K step's 12 plane loads (and nothing else) come before the PDL wait,
+    and the K loop is the same; without it nothing is read before the wait."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("mma", "gemv"):
+        assert got[name]["loads_before_wait"] == []
+        early = got[name + "-prefetch"]["loads_before_wait"]
+        assert len(early) == 12 and all("evict_first" in ld and ld.endswith(".v4.b32")
+                                        for ld in early), early
+        assert got[name + "-prefetch"]["plane_loads"] == 12
+        assert got[name + "-prefetch"]["ops"].get("HMMA", 0) == got[name]["ops"].get("HMMA", 0)
     mma_ops, gemv_ops = (collections.Counter(got[k]["ops"]) for k in ("mma", "gemv"))
-    assert got["mma"]["converts_to_a"] == 0
+    assert got["mma"]["converts_to_a"] == 0 and got["mma-prefetch"]["converts_to_a"] == 0
     assert got["mma"]["plane_loads"] == 12 and got["gemv"]["plane_loads"] == 12
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
