@@ -10,7 +10,9 @@ Triton would emit ``wgmma``, whose A layout is not the planes'), and ``num_stage
 go from global memory to registers; more stages copy them through shared memory first). ``gemv``
 runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied per row in unrolled chunks of this many.
 ``PREFETCH`` (both): 1 loads the split's first K step's planes before the PDL wait, under the
-previous kernel's tail (the rows-order GEMV always does; the same bits either way).
+previous kernel's tail (the rows-order GEMV always does; the same bits either way). ``CHAINS``
+(mma): independent accumulators per K step, so the step's MMAs are that many dependency chains
+instead of one (1; 2: the low and high halves apart; 4: also the step's two halves of chunks).
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -41,10 +43,11 @@ KEY = ("M_BUCKET", "N", "K")
 _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": [1, 2, 4, 8],
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4], "PREFETCH": [0, 1]}
 PARAMS = {
-    "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1]},
+    "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
+            "CHAINS": [1, 2, 4]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
-ADDED_DEFAULTS = {"mma": {"PREFETCH": 0}, "gemv": {"PREFETCH": 0}}
+ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1}, "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
 # BLOCK_N, always 16 x num_warps.
@@ -89,6 +92,9 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         raise ValueError(f"num_warps={config['num_warps']} ({FRAG_ROWS} rows each) makes more "
                          f"than {MAX_GRID_Y} row tiles at N={n}: take more warps")
     if kernel == "mma":
+        if config["CHAINS"] == 4 and config["BLOCK_K"] % (2 * FRAG_PAIRS):
+            raise ValueError(f"CHAINS=4 splits each K step in two: BLOCK_K={config['BLOCK_K']} "
+                             f"must be an even number of {FRAG_PAIRS}-pair blocks")
         if config["BLOCK_T"] > max(8, next_pow2(m)):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} pads M={m} past the next power of "
                              "two: a smaller tile computes the same")
@@ -103,7 +109,7 @@ def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int =
          decode: str = "prmt", prefetch: int = 0) -> dict:
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": 1, "PREFETCH": prefetch, "BLOCK_T": block_t,
-            "num_stages": 1, "MMA_V2": mma_v2}
+            "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",
@@ -112,23 +118,25 @@ def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",
             "DECODE": decode, "ESC_CHUNK": 1, "PREFETCH": prefetch, "num_stages": 1}
 
 
-SWEEP = [
-    _gemv(4, 128), _gemv(1, 128), _gemv(2, 128, 4),
-    _mma(2, 64, 8), _mma(4, 128, 8, mma_v2=1), _mma(1, 256, 8), _mma(2, 256, 8),
-    _mma(2, 128, 8, 4), _mma(1, 128, 8, 4),
-    _mma(2, 128, 16, 4), _mma(2, 256, 16), _mma(4, 128, 16, mma_v2=1),
-    _mma(4, 128, 16, 2, mma_v2=1),
-    # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
-    _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
-    # The first K step's planes loaded before the PDL wait (PREFETCH), as the rows-order GEMV
-    # always does, on the tiles that won a row at M <= 16 (results/h200-2026-12-02-kernels-frag
-    # .json), and split K for the narrow projections on 1-warp tiles: unmeasured.
-    _gemv(4, 128, prefetch=1), _gemv(1, 128, prefetch=1), _gemv(2, 128, 4, prefetch=1),
+# The first K step's planes loaded before the PDL wait (PREFETCH) on the tiles that won a row at
+# M <= 16 (results/h200-2026-12-02-kernels-frag.json), and split K for the narrow projections on
+# 1-warp tiles: within -6%..+3% of the same tiles without it, mostly faster (4-5% at M = 16), and
+# the winner of 31 of the 40 rows (results/h200-2026-12-02-kernels-prefetch.json).
+_PREFETCHED = [
     _mma(2, 64, 8, prefetch=1), _mma(4, 128, 8, mma_v2=1, prefetch=1), _mma(1, 256, 8, prefetch=1),
     _mma(2, 256, 8, prefetch=1), _mma(2, 128, 8, 4, prefetch=1), _mma(1, 128, 8, 4, prefetch=1),
     _mma(2, 128, 16, 4, prefetch=1), _mma(2, 256, 16, prefetch=1),
     _mma(4, 128, 16, mma_v2=1, prefetch=1), _mma(4, 128, 16, 2, mma_v2=1, prefetch=1),
     _mma(1, 256, 8, 2, prefetch=1), _mma(1, 128, 8, 8, prefetch=1), _mma(1, 256, 8, 4, prefetch=1),
+]
+SWEEP = [
+    _gemv(4, 128), _gemv(1, 128), _gemv(2, 128, 4),
+    _gemv(4, 128, prefetch=1), _gemv(1, 128, prefetch=1), _gemv(2, 128, 4, prefetch=1),
+    *_PREFETCHED,
+    # Two and four independent accumulator chains per K step (CHAINS): unmeasured.
+    *[{**config, "CHAINS": chains} for config in _PREFETCHED for chains in (2, 4)],
+    # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
+    _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
 ]
 
 

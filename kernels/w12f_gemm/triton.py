@@ -111,20 +111,57 @@ def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, 
 
 
 @triton.jit
-def mma_step(acc, nib, sm_a, sm_b, x_cols, t_mask, s, K, K2, FC: tl.constexpr, W: tl.constexpr,
-             ASM: tl.constexpr, X_F32: tl.constexpr):
-    """``acc`` plus K step ``s``: its planes (loaded) decoded against its x columns."""
-    offs_j = s * (32 * FC) + tl.arange(0, 32 * FC)
+def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.constexpr,
+               W: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
+    """``(acc_a + a @ xa, acc_b + b @ xb)``: the ``FS``-chunk tile of planes loaded at pair column
+    ``j0``, decoded (``a`` the low halves, ``b`` the high) against its x columns. ``acc_b`` None:
+    one accumulator, ``acc_a`` returned twice."""
+    offs_j = j0 + tl.arange(0, 32 * FS)
     xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
                  other=0.0)
     xb = tl.load(x_cols + K2 + offs_j[:, None], mask=(K2 + offs_j < K)[:, None] & t_mask[None, :],
                  other=0.0)
-    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
-    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
+    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FS, W)
+    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FS, W)
     if X_F32:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
-    return dot_acc(b, xb, dot_acc(a, xa, acc, X_F32), X_F32)
+    acc_a = dot_acc(a, xa, acc_a, X_F32)
+    if acc_b is None:
+        acc_a = dot_acc(b, xb, acc_a, X_F32)
+        acc_b = acc_a
+    else:
+        acc_b = dot_acc(b, xb, acc_b, X_F32)
+    return acc_a, acc_b
+
+
+@triton.jit
+def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constexpr,
+             W: tl.constexpr, CHAINS: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
+             early=None):
+    """The accumulators plus K step ``s`` (planes at ``p``, or ``early``: the first sub-step's,
+    loaded before the PDL wait). ``CHAINS`` independent MMA accumulator chains: 1 (``acc0``
+    only), 2 (low halves into ``acc0``, high halves into ``acc1``), 4 (the step as two sub-steps
+    of ``FC / 2`` chunks, into ``acc0, acc1`` and ``acc2, acc3``); every plane load of the step
+    is issued before its first MMA."""
+    FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
+    if early is None:
+        nib, sm_a, sm_b = load_planes(p)
+    else:
+        nib, sm_a, sm_b = early
+    if CHAINS == 4:
+        nib1, sm_a1, sm_b1 = load_planes(p + FS * 1536)
+    j0 = s * (32 * FC)
+    if CHAINS == 1:
+        acc0, _ = mma_halves(acc0, None, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS, W, ASM,
+                             X_F32)
+    else:
+        acc0, acc1 = mma_halves(acc0, acc1, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS, W,
+                                ASM, X_F32)
+    if CHAINS == 4:
+        acc2, acc3 = mma_halves(acc2, acc3, nib1, sm_a1, sm_b1, x_cols, t_mask, j0 + 32 * FS, K,
+                                K2, FS, W, ASM, X_F32)
+    return acc0, acc1, acc2, acc3
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -132,36 +169,47 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
-                        ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
-                        MMA_V2: tl.constexpr):
+                        ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, CHAINS: tl.constexpr,
+                        PDL: tl.constexpr, MMA_V2: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
-    per row: the launcher checks; no split is empty). float32 x (``X_F32``): the decoded weights
+    per row: the launcher checks; no split is empty), summed in ``CHAINS`` independent accumulators
+    (:func:`mma_step`) added together at the end. float32 x (``X_F32``): the decoded weights
     widened, an IEEE float32 dot. ``PDL``: nothing a kernel of the step writes is read before the
-    previous kernel has finished; with ``PREFETCH`` the split's first K step's planes load before
-    that wait, under the previous kernel's tail (the same products in the same order: the same
-    bits). ``MMA_V2`` only keys Triton's cache (:mod:`specpilot.kernels.common.mma` picks the
-    instruction)."""
+    previous kernel has finished; with ``PREFETCH`` the split's first K step's planes (its first
+    sub-step's, with 4 chains) load before that wait, under the previous kernel's tail (the same
+    products in the same order: the same bits). ``MMA_V2`` only keys Triton's cache
+    (:mod:`specpilot.kernels.common.mma` picks the instruction)."""
+    FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     t_mask = offs_t < M
-    tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FC)
+    tiles = planes_ptr + tile_offsets(pid_n, RB, KB, W, FS)
     x_cols = x_ptr + offs_t[None, :] * stride_xm
     s_lo = pid_k * steps_per_split
     s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
     if PREFETCH:
-        nib, sm_a, sm_b = load_planes(tiles + s_lo * (FC * 1536))
+        early = load_planes(tiles + s_lo * (FC * 1536))
     pdl_start(PDL)
-    acc = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
+    acc0 = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
+    acc1 = acc0
+    acc2 = acc0
+    acc3 = acc0
     if PREFETCH:
-        acc = mma_step(acc, nib, sm_a, sm_b, x_cols, t_mask, s_lo, K, K2, FC, W, ASM, X_F32)
+        acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_lo * (FC * 1536),
+                                          x_cols, t_mask, s_lo, K, K2, FC, W, CHAINS, ASM, X_F32,
+                                          early)
     for s in range(s_lo + PREFETCH, s_hi):
-        nib, sm_a, sm_b = load_planes(tiles + s * (FC * 1536))
-        acc = mma_step(acc, nib, sm_a, sm_b, x_cols, t_mask, s, K, K2, FC, W, ASM, X_F32)
-    store_rows(tl.trans(acc), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
+        acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
+                                          x_cols, t_mask, s, K, K2, FC, W, CHAINS, ASM, X_F32)
+    if CHAINS >= 2:
+        acc0 += acc1
+    if CHAINS == 4:
+        acc0 += acc2 + acc3
+    store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
                pid_k, SPLIT_K, ESC_CHUNK)
 
@@ -256,6 +304,7 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     else:
         with mma_v2_compile(cfg["MMA_V2"]):
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
+                                      CHAINS=cfg["CHAINS"],
                                       MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)

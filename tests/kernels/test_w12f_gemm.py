@@ -27,8 +27,9 @@ from specpilot.kernels.w12f_gemm import space
 from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
 
-def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0):
-    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch), "DECODE": "int"}
+def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1):
+    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch), "DECODE": "int",
+            "CHAINS": chains}
 
 
 def gemv(warps=2, bk=32, split=1, prefetch=0):
@@ -92,6 +93,10 @@ CASES = [
     pytest.param(5, 1030, 33, mma(warps=1, split=4, prefetch=1), id="mma-prefetch-split4"),
     pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, prefetch=1),
                  id="mma-prefetch-M17-tiles"),
+    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, chains=2), id="mma-2-chains"),
+    pytest.param(17, 499, 64, mma(warps=2, bk=64, block_t=16, chains=4, prefetch=1),
+                 id="mma-4-chains-prefetch"),
+    pytest.param(3, 999, 33, mma(warps=1, bk=128, split=2, chains=4), id="mma-4-chains-split"),
 ]
 
 
@@ -160,6 +165,7 @@ def test_each_gemm_refuses_the_other_order():
     (mma() | {"SPLIT_K": 3}, 4, 512, "SPLIT_K"),
     (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "num_warps": 8}, 64, 8192,
      "shared memory"),
+    (mma(bk=32, chains=4), 4, 512, "even number of 32-pair blocks"),
 ])
 def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
     with pytest.raises(ValueError, match=message):
@@ -167,11 +173,15 @@ def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
 
 
 def test_stored_configs_with_the_removed_block_n_stay_usable():
-    """The first H200 records stored BLOCK_N (= 16 x num_warps): completing drops it."""
+    """The first H200 records stored BLOCK_N (= 16 x num_warps) and had no PREFETCH or CHAINS:
+    completing drops the one and adds the others as they ran (0, one chain)."""
     old = {**space._mma(2, 64, 8, decode="int"), "BLOCK_N": 32}
+    del old["PREFETCH"], old["CHAINS"]
     with pytest.raises(ValueError, match="unknown config keys"):
         space.validate(old, 4, 34816, 5120)
-    space.validate(complete_config(space, old), 4, 34816, 5120)
+    done = complete_config(space, old)
+    space.validate(done, 4, 34816, 5120)
+    assert done["PREFETCH"] == 0 and done["CHAINS"] == 1
 
 
 def test_every_sweep_config_runs_some_decode_shape():
@@ -204,7 +214,9 @@ ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr":
         "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
-for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, {"BLOCK_T": 8, "X_F32": False}),
+mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1}
+for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
+                            ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
@@ -227,20 +239,22 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     128-pair tile: each thread loads 3 planes x 4 chunks with 16-byte evict-first loads, the A
     operand needs no convert_layout, and no plane byte passes through shared memory (only the x
     tiles do: one STS per x tile chunk); the GEMV's K loop moves no data between lanes. With
-    ``PREFETCH`` the first K step's 12 plane loads (and nothing else) come before the PDL wait,
-    and the K loop is the same; without it nothing is read before the wait."""
+    ``PREFETCH`` the first K step's 12 plane loads (and nothing else; with 4 accumulator chains
+    the first sub-step's 6) come before the PDL wait, and the K loop is the same; without it
+    nothing is read before the wait."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name in ("mma", "gemv"):
+    for name, first in (("mma", 12), ("mma-4-chains", 6), ("gemv", 12)):
         assert got[name]["loads_before_wait"] == []
         early = got[name + "-prefetch"]["loads_before_wait"]
-        assert len(early) == 12 and all("evict_first" in ld and ld.endswith(".v4.b32")
-                                        for ld in early), early
-        assert got[name + "-prefetch"]["plane_loads"] == 12
+        assert len(early) == first and all("evict_first" in ld and ld.endswith(".v4.b32")
+                                           for ld in early), early
+        assert got[name + "-prefetch"]["plane_loads"] == 12 == got[name]["plane_loads"]
         assert got[name + "-prefetch"]["ops"].get("HMMA", 0) == got[name]["ops"].get("HMMA", 0)
+    assert got["mma-4-chains"]["ops"]["HMMA"] == 16 and got["mma-4-chains"]["converts_to_a"] == 0
     mma_ops, gemv_ops = (collections.Counter(got[k]["ops"]) for k in ("mma", "gemv"))
     assert got["mma"]["converts_to_a"] == 0 and got["mma-prefetch"]["converts_to_a"] == 0
     assert got["mma"]["plane_loads"] == 12 and got["gemv"]["plane_loads"] == 12
