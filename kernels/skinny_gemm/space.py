@@ -204,13 +204,9 @@ SWEEP = [
     # The winner of an H200 probe at M = 64 over 64-256 x 4-8 tiles, K steps 64-128, 3-5 stages,
     # 1-2 splits where cuBLAS won (results/h200-2026-12-02-tma-probe-m64.json): 5 stages.
     _tma(64, 128, 1, 4, 5),
-    # 32-row tiles (gdn_out: 160 programs for 132 SMs, not 80) and split K with deep pipelines,
-    # for the two M = 64 rows where cuBLAS still won (gdn_out by 5%, gate_up by 0.3%): unmeasured.
-    _tma(32, 128, 1, 4, 6),
-    _tma(32, 64, 1, 4, 6),
-    _tma(64, 64, 2, 4, 6),
-    _tma(32, 128, 2, 4, 5),
-    _tma(64, 128, 2, 4, 5),
+    # 32-row tiles (gdn_out: 160 programs for 132 SMs, not 80) and split K 2 with 5-6 stages, for
+    # the two M = 64 rows where cuBLAS still won, lost every M = 32-64 row they ran, 32-row tiles
+    # by 1.1-2.1x (results/h200-2026-12-02-kernels-m64-probe.json): not in the sweep.
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
