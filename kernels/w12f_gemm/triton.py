@@ -34,6 +34,13 @@ as well (a fragment layout whose lanes hold contiguous columns, x never in share
 0.97-1.23x slower: ptxas then spreads the loads through the K step
 (results/h200-2026-12-02-kernels-frag-direct-x.json).
 
+Two options the sweeps kept: ``PREFETCH`` (the split's first K step's planes loaded before the PDL
+wait, under the previous kernel's tail: the MMA tiles 0.94-1.03x their twins without it,
+results/h200-2026-12-02-kernels-prefetch.json) and ``CHAINS`` (independent accumulators per K step,
+:func:`mma_step`: the 1-warp 256-pair tile's dependent ``HMMA`` chain is 32 deep with one; two
+chains ran a median 0.986x of one, four 1.06x, results/h200-2026-12-02-kernels-chains.json). The
+dependency chain is not what bounds the kernel: with both, the best W12 time per row moved 0-5%.
+
 Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
 that owns the first K steps applies the escapes, split partials are summed in split order by the
 last program to arrive (same inputs, same bits).
