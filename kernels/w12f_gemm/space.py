@@ -121,7 +121,7 @@ def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",
 # The first K step's planes loaded before the PDL wait (PREFETCH) on the tiles that won a row at
 # M <= 16 (results/h200-2026-12-02-kernels-frag.json), and split K for the narrow projections on
 # 1-warp tiles: within -6%..+3% of the same tiles without it, mostly faster (4-5% at M = 16), and
-# the winner of 33 of the 40 rows (results/h200-2026-12-02-kernels-prefetch.json).
+# the fragment-order winner on 33 of the 40 rows (results/h200-2026-12-02-kernels-prefetch.json).
 _PREFETCHED = [
     _mma(2, 64, 8, prefetch=1), _mma(4, 128, 8, mma_v2=1, prefetch=1), _mma(1, 256, 8, prefetch=1),
     _mma(2, 256, 8, prefetch=1), _mma(2, 128, 8, 4, prefetch=1), _mma(1, 128, 8, 4, prefetch=1),
@@ -135,8 +135,8 @@ SWEEP = [
     _gemv(1, 128, prefetch=1),
     *_PREFETCHED,
     # Two independent accumulator chains per K step (CHAINS 2): a median 1.4% faster than the
-    # same tile with one, up to 10%, and the winner of 22 of the 40 rows; four chains were a median
-    # 6% slower (results/h200-2026-12-02-kernels-chains.json), so the sweep leaves them out.
+    # same tile with one (0.80-1.00x), the fragment-order winner on 22 of the 40 rows; four chains
+    # were a median 6% slower (results/h200-2026-12-02-kernels-chains.json): not in the sweep.
     *[{**config, "CHAINS": 2} for config in _PREFETCHED],
     # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),

@@ -149,8 +149,7 @@ def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constex
     """The accumulators plus K step ``s`` (planes at ``p``, or ``early``: the first sub-step's,
     loaded before the PDL wait). ``CHAINS`` independent MMA accumulator chains: 1 (``acc0``
     only), 2 (low halves into ``acc0``, high halves into ``acc1``), 4 (the step as two sub-steps
-    of ``FC / 2`` chunks, into ``acc0, acc1`` and ``acc2, acc3``); every plane load of the step
-    is issued before its first MMA."""
+    of ``FC / 2`` chunks, into ``acc0, acc1`` and ``acc2, acc3``)."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     if early is None:
         nib, sm_a, sm_b = load_planes(p)
