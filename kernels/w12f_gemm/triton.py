@@ -144,13 +144,12 @@ def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.
 
 @triton.jit
 def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constexpr,
-             W: tl.constexpr, CHAINS: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
-             early=None):
+             FS: tl.constexpr, W: tl.constexpr, CHAINS: tl.constexpr, ASM: tl.constexpr,
+             X_F32: tl.constexpr, early=None):
     """The accumulators plus K step ``s`` (planes at ``p``, or ``early``: the first sub-step's,
     loaded before the PDL wait). ``CHAINS`` independent MMA accumulator chains: 1 (``acc0``
     only), 2 (low halves into ``acc0``, high halves into ``acc1``), 4 (the step as two sub-steps
-    of ``FC / 2`` chunks, into ``acc0, acc1`` and ``acc2, acc3``)."""
-    FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
+    of ``FS = FC / 2`` chunks, into ``acc0, acc1`` and ``acc2, acc3``; else ``FS = FC``)."""
     if early is None:
         nib, sm_a, sm_b = load_planes(p)
     else:
@@ -206,11 +205,12 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     acc3 = acc0
     if PREFETCH:
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_lo * (FC * 1536),
-                                          x_cols, t_mask, s_lo, K, K2, FC, W, CHAINS, ASM, X_F32,
-                                          early)
+                                          x_cols, t_mask, s_lo, K, K2, FC, FS, W, CHAINS, ASM,
+                                          X_F32, early)
     for s in range(s_lo + PREFETCH, s_hi):
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
-                                          x_cols, t_mask, s, K, K2, FC, W, CHAINS, ASM, X_F32)
+                                          x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
+                                          X_F32)
     if CHAINS >= 2:
         acc0 += acc1
     if CHAINS == 4:
@@ -263,7 +263,8 @@ def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
     pdl_start(PDL)
     acc = tl.zeros([W, 8, 4, 2], dtype=tl.float32)
     if PREFETCH:
-        acc = gemv_step(acc, nib, sm_a, sm_b, tiles, x_ptr, cols, s_lo, K, K2, FC, W, ASM)
+        acc = gemv_step(acc, nib, sm_a, sm_b, tiles + s_lo * (FC * 1536), x_ptr, cols, s_lo, K,
+                        K2, FC, W, ASM)
     for s in range(s_lo + PREFETCH, s_hi):
         p = tiles + s * (FC * 1536)
         nib = tl.load(p, eviction_policy="evict_first")
