@@ -2,6 +2,16 @@
 
 Callers pass one call per *rotating weight copy* (at least 3, and enough bytes to overflow L2), so
 each timed call streams its weights from HBM, as a decode step does.
+
+Two options of the CUDA timer say what a "call" pays besides its own work:
+
+- ``queued``: a GPU-side sleep is enqueued before the start event, so the host has queued the
+  event, the graph and the end event before the GPU reaches them. Without it the GPU is idle when
+  the start event is recorded, and the host's graph launch (microseconds) falls between the
+  events: a cost per replay, not per kernel, that a decode step's graph of hundreds of kernels
+  pays once.
+- ``min_calls``: each replay holds at least this many calls (``calls`` repeated), so the one
+  boundary per replay (where PDL cannot overlap two kernels) is shared by more of them.
 """
 
 import dataclasses
@@ -42,11 +52,16 @@ def num_copies_for(weight_bytes: int, l2_bytes: int = 60 * 2**20, minimum: int =
     return int(min(maximum, max(minimum, need)))
 
 
+QUEUE_SLEEP_CYCLES = 100_000  # ~50 us at ~2 GHz: longer than the host takes to queue a replay
+
+
 def time_calls(calls: Sequence[Callable[[], object]], device: torch.device, reps: int = 20,
-               inner: int = 1) -> Timing:
-    """Median (and p20/p80) time of one call; each of ``calls`` runs ``inner`` times a replay."""
+               inner: int = 1, queued: bool = False, min_calls: int = 1) -> Timing:
+    """Median (and p20/p80) time of one call; each of ``calls`` runs ``inner`` times a replay, or
+    more often so that a replay holds at least ``min_calls`` calls. ``queued``: see the module."""
+    inner = max(inner, -(-min_calls // max(len(calls), 1)))
     if device.type == "cuda":
-        return _time_cuda(calls, device, reps, inner)
+        return _time_cuda(calls, device, reps, inner, queued)
     for c in calls:
         c()
     samples = []
@@ -59,7 +74,7 @@ def time_calls(calls: Sequence[Callable[[], object]], device: torch.device, reps
     return Timing(*_quantiles(samples), reps=reps, method="cpu perf_counter")
 
 
-def _time_cuda(calls, device, reps, inner) -> Timing:
+def _time_cuda(calls, device, reps, inner, queued) -> Timing:
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -69,7 +84,7 @@ def _time_cuda(calls, device, reps, inner) -> Timing:
     torch.cuda.current_stream(device).wait_stream(stream)
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
-    method = "cuda graph replay"
+    method = f"cuda graph replay of {inner * len(calls)} calls" + (", queued" if queued else "")
     try:
         with torch.cuda.graph(graph):
             for _ in range(inner):
@@ -78,7 +93,7 @@ def _time_cuda(calls, device, reps, inner) -> Timing:
         run = graph.replay
     except RuntimeError:
         torch.cuda.synchronize(device)
-        method = "cuda events (graph capture failed)"
+        method = "cuda events (graph capture failed)" + (", queued" if queued else "")
 
         def run():
             for _ in range(inner):
@@ -89,6 +104,8 @@ def _time_cuda(calls, device, reps, inner) -> Timing:
     samples = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if queued:
+            torch.cuda._sleep(QUEUE_SLEEP_CYCLES)
         start.record()
         run()
         end.record()
