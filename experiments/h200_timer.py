@@ -46,6 +46,7 @@ from specpilot.kernels.common.check import check_close  # noqa: E402
 from specpilot.kernels.common.check import gemm_exact  # noqa: E402
 from specpilot.kernels.common.roofline import CEILINGS  # noqa: E402
 from specpilot.kernels.common.roofline import gemm_traffic  # noqa: E402
+from specpilot.kernels.tuning.ops import complete_config  # noqa: E402
 from specpilot.kernels.tuning.ops import get_op  # noqa: E402
 from specpilot.kernels.tuning.ops import synthetic_weight  # noqa: E402
 
@@ -83,7 +84,7 @@ def read_pdl_call(buf: torch.Tensor, out: torch.Tensor, wait: bool) -> torch.Ten
 
 def baseline_rows(path: str) -> dict:
     """``(shape, M) -> (bf16 Triton config, (W12 op, config))``: a kernels_h200 record's
-    winners."""
+    winners, completed with the options their kernels gained since."""
     import json
 
     rows = json.loads(Path(path).read_text())["rows"]
@@ -91,8 +92,9 @@ def baseline_rows(path: str) -> dict:
     for r in rows:
         best = kb.best_w12(r)
         if r["skinny_gemm"]["best"] and best:
-            found[r["shape"], r["M"]] = (r["skinny_gemm"]["best"]["config"],
-                                         (best["op"], best["config"]))
+            found[r["shape"], r["M"]] = (
+                complete_config(get_op("skinny_gemm").space, r["skinny_gemm"]["best"]["config"]),
+                (best["op"], complete_config(get_op(best["op"]).space, best["config"])))
     return found
 
 
