@@ -125,9 +125,9 @@ def bench_shape(name: str, ms: list[int], base: dict, rounds: int, reps: int) ->
         launch_w12 = get_op(w12_op).launcher
         for label, fns in (
                 (f"cublas_m{m}", [lambda x=x, c=c: torch.matmul(x, c.T) for c in bf16_copies]),
-                (f"bf16_m{m}", [lambda x=x, c=c: skinny(x, c, config=bf16_cfg)
+                (f"bf16_m{m}", [lambda x=x, c=c, g=bf16_cfg: skinny(x, c, config=g)
                                 for c in bf16_copies]),
-                (f"w12_m{m}", [lambda x=x, c=c, f=launch_w12: f(x, c, config=w12_cfg)
+                (f"w12_m{m}", [lambda x=x, c=c, f=launch_w12, g=w12_cfg: f(x, c, config=g)
                                for c in w12_copies[w12_op]])):
             res = check_close(label, fns[0](), exact_all[:m], abs_all[:m])
             checks[label] = {"ok": res.ok, "detail": str(res)}
