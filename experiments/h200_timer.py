@@ -51,7 +51,8 @@ from specpilot.kernels.tuning.ops import get_op  # noqa: E402
 from specpilot.kernels.tuning.ops import synthetic_weight  # noqa: E402
 
 READ_TB_S = CEILINGS["NVIDIA H200"].read_tb_s
-TIMERS = {"replay": {}, "queued": {"queued": True}, "long": {"min_calls": 24},
+TIMERS = {"replay": {"queued": False}, "queued": {"queued": True},
+          "long": {"queued": False, "min_calls": 24},
           "queued_long": {"queued": True, "min_calls": 24}}
 READ_CFG = (16384, 1024, 4, 1)  # bytes per program, words per step, warps, stages
 

@@ -5,13 +5,16 @@ each timed call streams its weights from HBM, as a decode step does.
 
 Two options of the CUDA timer say what a "call" pays besides its own work:
 
-- ``queued``: a GPU-side sleep is enqueued before the start event, so the host has queued the
-  event, the graph and the end event before the GPU reaches them. Without it the GPU is idle when
-  the start event is recorded, and the host's graph launch (microseconds) falls between the
-  events: a cost per replay, not per kernel, that a decode step's graph of hundreds of kernels
-  pays once.
+- ``queued`` (default): a GPU-side sleep is enqueued before the start event, so the host has
+  queued the event, the graph and the end event before the GPU reaches them. Without it the GPU
+  is idle when the start event is recorded, and the host's graph launch falls between the events:
+  a cost per replay, not per kernel, that a decode step's graph of hundreds of kernels pays once.
+  On the H200 it added 1-1.5 us to each call of a 3-call replay, to every kernel alike (cuBLAS,
+  Triton, W12; results/h200-2026-12-02-timer.json); records before that date include it.
 - ``min_calls``: each replay holds at least this many calls (``calls`` repeated), so the one
-  boundary per replay (where PDL cannot overlap two kernels) is shared by more of them.
+  boundary per replay (where PDL cannot overlap two kernels) is shared by more of them. Off by
+  default: a long chain of one GEMM is not a decode step either (there a GEMM follows a norm or
+  an attention kernel), and on the H200 it slowed some split-K and TMA configs by 5-25%.
 """
 
 import dataclasses
@@ -56,7 +59,7 @@ QUEUE_SLEEP_CYCLES = 100_000  # ~50 us at ~2 GHz: longer than the host takes to 
 
 
 def time_calls(calls: Sequence[Callable[[], object]], device: torch.device, reps: int = 20,
-               inner: int = 1, queued: bool = False, min_calls: int = 1) -> Timing:
+               inner: int = 1, queued: bool = True, min_calls: int = 1) -> Timing:
     """Median (and p20/p80) time of one call; each of ``calls`` runs ``inner`` times a replay, or
     more often so that a replay holds at least ``min_calls`` calls. ``queued``: see the module."""
     inner = max(inner, -(-min_calls // max(len(calls), 1)))
