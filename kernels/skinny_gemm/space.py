@@ -59,7 +59,7 @@ PARAMS = {
         "BLOCK_N": [32, 64, 128, 256],
         "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
-        "num_warps": [4, 8],
+        "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5],
         "PREFETCH": [0, 1],
         "L2_PREFETCH": L2_STEPS,
@@ -70,7 +70,7 @@ PARAMS = {
         "BLOCK_N": [32, 64, 128, 256],
         "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
-        "num_warps": [4, 8],
+        "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5, 6],
         "MMA_V2": [0, 1],
         "BLOCK_T_MIN": [16, 8],
@@ -207,6 +207,14 @@ SWEEP = [
     # 32-row tiles (gdn_out: 160 programs for 132 SMs, not 80) and split K 2 with 5-6 stages, for
     # the two M = 64 rows where cuBLAS still won, lost every M = 32-64 row they ran, 32-row tiles
     # by 1.1-2.1x (results/h200-2026-12-02-kernels-m64-probe.json): not in the sweep.
+    # One-warp tiles of 32 and 16 rows at M = 4-16 (160-320 programs on the down projections
+    # instead of 80-104; mma.sync, a warpgroup's wgmma needs 4 warps): on q3_down the fastest of
+    # an H200 probe over 16-64 x 1-4 tiles, K steps 128-512, 3-6 stages, 4-10% ahead of the
+    # 64 x 4 tiles; on mg_down level with them (results/h200-2026-12-02-one-warp-probe-*.json).
+    _tma(32, 256, 1, 1, 4),
+    _tma(32, 128, 1, 1, 6),
+    _tma(16, 128, 1, 1, 6),
+    _config("dot", 32, 512, 1, 1, 3, mma_v2=1),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
