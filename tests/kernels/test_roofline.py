@@ -40,6 +40,21 @@ def test_cpu_timer_and_copies():
     assert num_copies_for(2 * 5120 * 5120) == 4
 
 
+def test_timer_repeats_calls_to_min_calls():
+    counts = [0, 0, 0]
+
+    def call(i):
+        counts[i] += 1
+
+    calls = [lambda i=i: call(i) for i in range(3)]
+    time_calls(calls, torch.device("cpu"), reps=4, min_calls=7)
+    # one warm-up pass, then per rep each call ceil(7 / 3) = 3 times
+    assert counts == [1 + 4 * 3] * 3
+    counts[:] = [0, 0, 0]
+    time_calls(calls, torch.device("cpu"), reps=4, inner=5, min_calls=7)
+    assert counts == [1 + 4 * 5] * 3  # inner above what min_calls asks for wins
+
+
 def test_measure_a_call_on_cpu():
     x = torch.randn(2, 16).to(torch.bfloat16)
     copies = [torch.randn(8, 16).to(torch.bfloat16) for _ in range(3)]
