@@ -5,8 +5,10 @@ reads its bytes could meet at all.
 The 4.58 TB/s read ceiling was measured on a large buffer (REFERENCE-kernels.md §3.1). A decode
 projection is 47-400 MB, so every kernel that streams it also pays a fixed cost per call (launch,
 ramp-up, the last programs' tail: a fit over the shapes gives about 5 us for the tuned bf16 GEMMs,
-results/h200-2026-12-02-kernels-tma-final.json). Here the same timer (CUDA-graph replays over
-rotating copies, the GEMMs' method) times a read-only Triton kernel over exactly the bf16 bytes
+results/h200-2026-12-02-kernels-tma-final.json; 0.3-2 us of it was the timer's own, the host's
+graph launch inside the timed interval, queued away since 0eefdc4,
+results/h200-2026-12-02-timer.json). Here the same timer (CUDA-graph replays over rotating
+copies, the GEMMs' method) times a read-only Triton kernel over exactly the bf16 bytes
 (2 N K) and the W12 bytes (the packed planes and escape lists) of each shape: the best of a few
 grid configs, each program reading a contiguous chunk in 16-byte vectors and xor-folding it into
 one word it stores, so no byte is skipped. Then, in ``--rounds`` interleaved rounds: both reads,

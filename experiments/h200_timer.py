@@ -1,13 +1,14 @@
 """H200: what the kernel timer charges a call besides its own work -- the same calls under four
 timers, interleaved, so issue 3's per-row numbers can be read against a decode step's costs.
 
-The harness (``kernels/common/bench.py``) times a CUDA-graph replay of one call per rotating
+The harness (``kernels/common/bench.py``) timed a CUDA-graph replay of one call per rotating
 weight copy (3 for the large projections) between two events. Two costs there are the timer's,
 not the kernel's: the host's graph launch lands between the events when the GPU is idle at the
 start event, and each replay boundary is a point where PDL cannot overlap two kernels. A decode
 step is one graph of hundreds of kernels and pays both once. The timers:
 
-- ``replay``: the harness as the kernels_h200 records used it (one call per copy, GPU idle);
+- ``replay``: the harness as the kernels_h200 records before 0eefdc4 used it (one call per copy,
+  GPU idle at the start event);
 - ``queued``: the same replay queued behind a GPU-side sleep, so the start event fires just
   before the first kernel;
 - ``long``: at least 24 calls per replay;
