@@ -9,8 +9,9 @@ Two options of the CUDA timer say what a "call" pays besides its own work:
   queued the event, the graph and the end event before the GPU reaches them. Without it the GPU
   is idle when the start event is recorded, and the host's graph launch falls between the events:
   a cost per replay, not per kernel, that a decode step's graph of hundreds of kernels pays once.
-  On the H200 it added 1-1.5 us to each call of a 3-call replay, to every kernel alike (cuBLAS,
-  Triton, W12; results/h200-2026-12-02-timer.json); records before that date include it.
+  On the H200 it added 0.3-2 us to each call of a 3-call replay, to every kernel alike (a plain
+  read, cuBLAS, Triton, W12; results/h200-2026-12-02-timer.json); records timed before 0eefdc4
+  include it.
 - ``min_calls``: each replay holds at least this many calls (``calls`` repeated), so the one
   boundary per replay (where PDL cannot overlap two kernels) is shared by more of them. Off by
   default: a long chain of one GEMM is not a decode step either (there a GEMM follows a norm or

@@ -56,8 +56,8 @@ PARAMS = {
         "PDL": [0, 1],
     },
     "dot": {
-        "BLOCK_N": [32, 64, 128, 256],
-        "BLOCK_K": [32, 64, 128, 256],
+        "BLOCK_N": [16, 32, 64, 128, 256],
+        "BLOCK_K": [32, 64, 128, 256, 512],
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5],
@@ -67,7 +67,7 @@ PARAMS = {
         "BLOCK_T_MIN": [16, 8, 4],
     },
     "tma": {
-        "BLOCK_N": [32, 64, 128, 256],
+        "BLOCK_N": [16, 32, 64, 128, 256],
         "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [1, 2, 4, 8],
@@ -214,11 +214,11 @@ SWEEP = [
     _tma(32, 256, 1, 1, 4),
     _tma(32, 128, 1, 1, 6),
     _tma(16, 128, 1, 1, 6),
+    _config("dot", 32, 512, 1, 1, 3, mma_v2=1),
     # With the 8-token tile at M = 2-8 (a second probe, results/h200-2026-12-02-one-warp-probe-t8
     # .json): 43.0-43.4 us on q3_down against 44.6-44.7 for the best 64 x 4 tile.
     _tma(32, 256, 1, 1, 4, t_min=8),
     _tma(16, 256, 1, 1, 4, t_min=8),
-    _config("dot", 32, 512, 1, 1, 3, mma_v2=1),
     # One stream-K GEMV (every program streams the same number of K steps), so every sweep
     # re-measures it; slower than the grid GEMV on every H200 shape in runs 6-8
     # (results/h200-2026-11-30-w12-kernels-run{6,7,8}.json).
