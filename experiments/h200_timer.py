@@ -37,6 +37,7 @@ from triton.language.extra.cuda import gdc_wait  # noqa: E402
 
 import kernels_h200 as kb  # noqa: E402  (shapes, best_w12)
 from h200_read_floor import read_call  # noqa: E402
+from h200_read_floor import xor_chunk  # noqa: E402
 from h200_w12_frag import run_shapes  # noqa: E402
 from h200_w12_frag import side_by_side_args  # noqa: E402
 from specpilot.fingerprint import current  # noqa: E402
@@ -66,13 +67,7 @@ def read_kernel_pdl(src_ptr, out_ptr, n_words, CHUNK: tl.constexpr, BLOCK: tl.co
     if WAIT:
         gdc_wait()
     gdc_launch_dependents()
-    pid = tl.program_id(0)
-    start = pid.to(tl.int64) * CHUNK
-    acc = tl.zeros([BLOCK], dtype=tl.int32)
-    for off in range(0, CHUNK, BLOCK):
-        idx = start + off + tl.arange(0, BLOCK)
-        acc ^= tl.load(src_ptr + idx, mask=idx < n_words, other=0, eviction_policy="evict_first")
-    tl.store(out_ptr + pid, tl.xor_sum(acc, axis=0))
+    xor_chunk(src_ptr, out_ptr, n_words, CHUNK, BLOCK)
 
 
 def read_pdl_call(buf: torch.Tensor, out: torch.Tensor, wait: bool) -> torch.Tensor:
