@@ -24,6 +24,7 @@ timer the issue's per-row ratios.
     python3 experiments/h200_timer.py --baseline experiments/results/X.json [--m 1,4,16]
 """
 
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -82,8 +83,6 @@ def read_pdl_call(buf: torch.Tensor, out: torch.Tensor, wait: bool) -> torch.Ten
 def baseline_rows(path: str) -> dict:
     """``(shape, M) -> (bf16 Triton config, (W12 op, config))``: a kernels_h200 record's
     winners, completed with the options their kernels gained since."""
-    import json
-
     rows = json.loads(Path(path).read_text())["rows"]
     found = {}
     for r in rows:
@@ -100,10 +99,12 @@ def bench_shape(name: str, ms: list[int], base: dict, rounds: int, reps: int) ->
     dev = torch.device("cuda")
     w = synthetic_weight(n, k, dev, 0, outlier_rate=2e-4)
     packed = w12.pack(w)
-    planes = {"w12_gemm": packed, "w12f_gemm": packed.with_order("frag")}
     nb, nw = num_copies_for(2 * n * k), num_copies_for(packed.nbytes)
     bf16_copies = [w] + [w.clone() for _ in range(nb - 1)]
-    w12_copies = {op: [p] + [p.clone() for _ in range(nw - 1)] for op, p in planes.items()}
+    w12_copies = {}  # per W12 op the winners use: its plane order's copies
+    for op in {base[name, m][1][0] for m in ms if (name, m) in base}:
+        planes = packed.with_order(kb.ORDER_OF_OP[op])
+        w12_copies[op] = [planes] + [planes.clone() for _ in range(nw - 1)]
     words = [c.view(torch.int32).view(-1) for c in bf16_copies]  # the bf16 bytes, as words
     out = torch.empty(words[0].numel() // 4096 + 1, dtype=torch.int32, device=dev)
     calls = {"read": [lambda b=b: read_call(b, out, READ_CFG) for b in words],
