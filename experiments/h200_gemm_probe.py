@@ -13,8 +13,9 @@ Run from the repo root::
         --tiles 16x1,32x2,64x4 --grid BLOCK_K=32,64,128 --grid num_stages=3,5 \\
         --base kernel=dot,DECODE=prmt,SPLIT_K=1
 
-``--tiles`` pairs ``BLOCK_N x num_warps``; ``--grid NAME=v1,v2`` adds one axis; ``--base`` fixes
-the other parameters (the space's ``ADDED_DEFAULTS`` fill what is left). Writes
+``--tiles`` pairs ``BLOCK_N x num_warps`` (empty for ``w12f_gemm``, whose tiles are ``num_warps``
+and ``ROWS_PER_WARP``: give them as ``--grid`` axes); ``--grid NAME=v1,v2`` adds one axis;
+``--base`` fixes the other parameters (the space's ``ADDED_DEFAULTS`` fill what is left). Writes
 ``$OUT/h200_gemm_probe.json`` after every shape; ``--cpu-smoke`` runs tiny shapes through the
 Triton interpreter (no timing value).
 """
@@ -53,11 +54,13 @@ def parse_value(text: str):
 
 
 def grid_configs(base: dict, tiles: list[tuple[int, int]], axes: dict[str, list]) -> list[dict]:
-    """Every combination: ``base`` with each (BLOCK_N, num_warps) tile and each axis value."""
+    """Every combination: ``base`` with each (BLOCK_N, num_warps) tile (none: no tile axis) and
+    each axis value."""
     names = list(axes)
     out = []
-    for (block_n, warps), values in itertools.product(tiles, itertools.product(*axes.values())):
-        out.append({**base, "BLOCK_N": block_n, "num_warps": warps, **dict(zip(names, values))})
+    tile_dicts = [{"BLOCK_N": n, "num_warps": w} for n, w in tiles] or [{}]
+    for tile, values in itertools.product(tile_dicts, itertools.product(*axes.values())):
+        out.append({**base, **tile, **dict(zip(names, values))})
     return out
 
 
@@ -80,15 +83,18 @@ def kernel_fns(op_name: str) -> list:
     """The op's Triton kernels (whichever a config launches)."""
     if op_name == "w12_gemm":
         from specpilot.kernels.w12_gemm import triton as mod
+    elif op_name == "w12f_gemm":
+        from specpilot.kernels.w12f_gemm import triton as mod
     else:
         from specpilot.kernels.skinny_gemm import triton as mod
-    return [getattr(mod, name) for name in dir(mod) if name.endswith(("_gemv", "_dot", "_sk"))]
+    return [getattr(mod, name) for name in dir(mod)
+            if name.endswith(("_gemv", "_dot", "_sk", "_mma"))]
 
 
 def compile_key(op, cfg: dict, m: int) -> str:
     """What picks the compiled kernel besides the config: the token tile (swap-AB) or the row
     count (GEMV) that M gives (M itself is not specialised)."""
-    if cfg["kernel"] in ("dot", "dot_sk"):
+    if cfg["kernel"] in ("dot", "dot_sk", "mma"):
         tile = op.space.token_tile(cfg, m)
     else:
         tile = op.space.gemv_rows(m) if cfg["kernel"] == "gemv" else 1
@@ -102,7 +108,7 @@ def probe_shape(op, name: str, k: int, n: int, ms: list[int], configs: list[dict
     rows = []
     fns = kernel_fns(op.name)
     for m in ms:
-        nbytes = n * k * (3 if op.name == "w12_gemm" else 4) // 2
+        nbytes = n * k * (3 if op.name.startswith("w12") else 4) // 2
         copies = 2 if CPU_SMOKE else num_copies_for(nbytes)
         case = op.make_case(m, n, k, kb.DEV, 0, copies)
         for cfg in configs:
@@ -127,8 +133,8 @@ def probe_shape(op, name: str, k: int, n: int, ms: list[int], configs: list[dict
             rows.append(row)
             brief = {k_: row.get(k_) for k_ in ("shape", "M", "state", "p50_us", "n_regs",
                                                  "n_spills")}
-            tile = {k_: cfg[k_] for k_ in ("BLOCK_N", "num_warps", "BLOCK_K", "SPLIT_K",
-                                           "num_stages") if k_ in cfg}
+            tile = {k_: cfg[k_] for k_ in ("BLOCK_N", "num_warps", "ROWS_PER_WARP", "BLOCK_K",
+                                           "SPLIT_K", "num_stages", "CHAINS") if k_ in cfg}
             print(json.dumps({**brief, **tile}), flush=True)
         del case
         if kb.DEV.type == "cuda":
@@ -152,7 +158,8 @@ def best_per(rows: list[dict]) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--op", choices=("skinny_gemm", "w12_gemm"), default="w12_gemm")
+    parser.add_argument("--op", choices=("skinny_gemm", "w12_gemm", "w12f_gemm"),
+                        default="w12_gemm")
     parser.add_argument("--shapes", default="q3_gate_up")
     parser.add_argument("--m", default="16")
     parser.add_argument("--tiles", default="32x2", help="BLOCK_N x num_warps pairs")
@@ -165,7 +172,7 @@ def main() -> int:
         print("h200_gemm_probe.py needs a CUDA GPU (or --cpu-smoke)", file=sys.stderr)
         return 2
     base = {kv.split("=")[0]: parse_value(kv.split("=")[1]) for kv in args.base.split(",")}
-    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")]
+    tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t]
     axes = {g.split("=")[0]: [parse_value(v) for v in g.split("=")[1].split(",")]
             for g in args.grid}
     configs = grid_configs(base, tiles, axes)

@@ -1,18 +1,19 @@
 """Tuning space of the W12 GEMM on fragment-order planes, as data (STYLE.md item 10).
 
-Both kernels (``triton.py``) take tiles of ``num_warps`` row blocks of 16 rows (16 rows per
-warp: there is no separate ``BLOCK_N``, which the tuner would otherwise sample into invalid
-pairs) by ``BLOCK_K`` pairs (a multiple of the 32-pair block that divides the weight's pair
-blocks per row), split K ``SPLIT_K`` ways, and decode with ``DECODE`` ("int": Triton integer ops,
-runs anywhere; "prmt": the inline-PTX decode, GPU only). ``mma`` takes ``BLOCK_T`` tokens per
-program (M above it: tiles of ``BLOCK_T``), ``MMA_V2`` (1: ``mma.sync`` also on 4+ warps, where
-Triton would emit ``wgmma``, whose A layout is not the planes'), and ``num_stages`` (1: the planes
-go from global memory to registers; more stages copy them through shared memory first). ``gemv``
-runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied per row in unrolled chunks of this many.
-``PREFETCH`` (both): 1 loads the split's first K step's planes before the PDL wait, under the
-previous kernel's tail (the rows-order GEMV always does; the same bits either way). ``CHAINS``
-(mma): independent accumulators per K step, so the step's MMAs are that many dependency chains
-instead of one (1; 2: the low and high halves apart; 4: also the step's two halves of chunks).
+Both kernels (``triton.py``) take tiles of ``num_warps`` warps of ``ROWS_PER_WARP`` rows (mma: 16
+or 32, one or two 16-row blocks per warp; the GEMV: 16; there is no separate ``BLOCK_N``, which the
+tuner would otherwise sample into invalid pairs) by ``BLOCK_K`` pairs (a multiple of the 32-pair
+block that divides the weight's pair blocks per row), split K ``SPLIT_K`` ways, and decode with
+``DECODE`` ("int": Triton integer ops, runs anywhere; "prmt": the inline-PTX decode, GPU only).
+``mma`` takes ``BLOCK_T`` tokens per program (M above it: tiles of ``BLOCK_T``), ``MMA_V2`` (1:
+``mma.sync`` also on 4+ warps, where Triton would emit ``wgmma``, whose A layout is not the
+planes'), and ``num_stages`` (1: the planes go from global memory to registers; more stages copy
+them through shared memory first). ``gemv`` runs M = 1 with no MMA. ``ESC_CHUNK``: escapes applied
+per row in unrolled chunks of this many. ``PREFETCH`` (both): 1 loads the split's first K step's
+planes before the PDL wait, under the previous kernel's tail (the rows-order GEMV always does; the
+same bits either way). ``CHAINS`` (mma): independent accumulators per K step, so the step's MMAs
+are that many dependency chains instead of one (1; 2: the low and high halves apart; 4: also the
+step's two halves of chunks).
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -36,7 +37,7 @@ from specpilot.kernels.w12.format import FRAG_PAIRS
 from specpilot.kernels.w12.format import FRAG_ROWS
 
 __all__ = ["KEY", "PARAMS", "SWEEP", "configs", "default_config", "kernels_for", "m_bucket",
-           "token_tile", "validate"]
+           "row_blocks", "token_tile", "validate"]
 
 KEY = ("M_BUCKET", "N", "K")
 
@@ -44,10 +45,11 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
-ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1}, "gemv": {"PREFETCH": 0}}
+ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16},
+                  "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
 # BLOCK_N, always 16 x num_warps.
@@ -60,6 +62,12 @@ _SMEM_BUDGET = 160 * 1024
 def kernels_for(m: int) -> list[str]:
     """Kernel families that can run M rows."""
     return ["gemv", "mma"] if m == 1 else ["mma"]
+
+
+def row_blocks(config: dict) -> int:
+    """16-row blocks per program: ``num_warps`` times the blocks each warp holds (``ROWS_PER_WARP
+    / 16``; the GEMV holds one)."""
+    return config["num_warps"] * config.get("ROWS_PER_WARP", FRAG_ROWS) // FRAG_ROWS
 
 
 def token_tile(config: dict, m: int) -> int:
@@ -88,7 +96,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if blocks % (config["BLOCK_K"] // FRAG_PAIRS):
         raise ValueError(f"BLOCK_K={config['BLOCK_K']} pairs must be whole {FRAG_PAIRS}-pair "
                          f"blocks dividing the {blocks} blocks of a row at K={k}")
-    if cdiv(cdiv(n, FRAG_ROWS), config["num_warps"]) > MAX_GRID_Y:
+    if cdiv(cdiv(n, FRAG_ROWS), row_blocks(config)) > MAX_GRID_Y:
         raise ValueError(f"num_warps={config['num_warps']} ({FRAG_ROWS} rows each) makes more "
                          f"than {MAX_GRID_Y} row tiles at N={n}: take more warps")
     if kernel == "mma":
@@ -98,7 +106,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["BLOCK_T"] > max(8, next_pow2(m)):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} pads M={m} past the next power of "
                              "two: a smaller tile computes the same")
-        stage = (3 * FRAG_ROWS * config["num_warps"] * config["BLOCK_K"]
+        stage = (3 * FRAG_ROWS * row_blocks(config) * config["BLOCK_K"]
                  + 4 * config["BLOCK_K"] * config["BLOCK_T"])
         if config["num_stages"] > 1 and config["num_stages"] * stage > _SMEM_BUDGET:
             raise ValueError(f"mma pipeline needs {config['num_stages'] * stage} B of shared "
@@ -106,10 +114,10 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 
 def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
-         decode: str = "prmt", prefetch: int = 0) -> dict:
+         decode: str = "prmt", prefetch: int = 0, rows_per_warp: int = FRAG_ROWS) -> dict:
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": 1, "PREFETCH": prefetch, "BLOCK_T": block_t,
-            "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1}
+            "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",

@@ -3,9 +3,10 @@ decoded in registers.
 
 The planes (:mod:`specpilot.kernels.w12.format`, order ``"frag"``) are blocks of 16 rows x 32
 pairs whose 512 bytes per plane sit in the order the ``mma.sync`` A operand's registers hold them.
-A program's tile is ``num_warps`` row blocks (``BLOCK_N = 16 * num_warps`` rows) by ``FC`` pair
-blocks (``BLOCK_K = 32 * FC`` pairs); :func:`tile_offsets` lays its bytes out flat as (chunk,
-warp, lane, byte), so each plane's load is 16 contiguous bytes per lane and :func:`frag_to_a`
+A program's tile is ``W`` row blocks (``BLOCK_N = 16 * W`` rows: ``num_warps`` warps of
+``ROWS_PER_WARP`` rows) by ``FC`` pair blocks (``BLOCK_K = 32 * FC`` pairs); :func:`tile_offsets`
+lays its bytes out flat as (chunk, row block, lane, byte), so each plane's load is 16 contiguous
+bytes per lane (a warp with two row blocks loads both) and :func:`frag_to_a`
 (``reshape -> permute -> reshape``) turns the loaded bytes into the A operand's layout (Triton's
 ``dot_op`` with kWidth 4) with no layout conversion. Compiled with one stage, the planes go from
 global memory straight to registers: no shared memory, so many more programs stay resident than
@@ -77,7 +78,7 @@ STEP_BYTES = 3 * BLOCK_BYTES  # the three planes of one block, stored one after 
 
 @triton.jit
 def tile_offsets(pid_n, RB, KB, W: tl.constexpr, FC: tl.constexpr):
-    """Byte offsets of program ``pid_n``'s first K step, nib plane, flat as (chunk c, warp w,
+    """Byte offsets of program ``pid_n``'s first K step, nib plane, flat as (chunk c, row block w,
     lane byte): block (row block ``W * pid_n + w``, pair block c). Row blocks past the last read
     the last (valid memory; those rows are never stored)."""
     i = tl.arange(0, W * FC * 512)
@@ -87,8 +88,8 @@ def tile_offsets(pid_n, RB, KB, W: tl.constexpr, FC: tl.constexpr):
 
 @triton.jit
 def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
-    """A decoded plane tile as loaded (chunk, warp, lane (g, t), byte (e3, e2, e1 e0)) -> the
-    ``[16 W, 32 FC]`` tile: byte e of lane (g, t) of warp w in chunk c is row ``16 w + 8 e2 +
+    """A decoded plane tile as loaded (chunk, row block, lane (g, t), byte (e3, e2, e1 e0)) -> the
+    ``[16 W, 32 FC]`` tile: byte e of lane (g, t) of row block w in chunk c is row ``16 w + 8 e2 +
     g``, pair column ``32 c + 16 e3 + 4 t + (e1 e0)``."""
     t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])
     t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
@@ -298,11 +299,12 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     steps_per_split = cdiv(steps, cfg["SPLIT_K"])
     splits = cdiv(steps, steps_per_split)
     gemv = cfg["kernel"] == "gemv"
-    grid = (1 if gemv else cdiv(m, cfg["BLOCK_T"]), cdiv(rb, cfg["num_warps"]), splits)
+    w = space.row_blocks(cfg)
+    grid = (1 if gemv else cdiv(m, cfg["BLOCK_T"]), cdiv(rb, w), splits)
     args = (x, packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta, out,
             workspace(splits, m, n, x.device), lock_buffer(x.device, grid[0] * grid[1]), m, n, k,
             k2, rb, kb, x.stride(0), window_scale(packed.base), steps_per_split)
-    meta = {"W": cfg["num_warps"], "FC": fc, "SPLIT_K": splits, "ASM": DECODE_ASM[cfg["DECODE"]],
+    meta = {"W": w, "FC": fc, "SPLIT_K": splits, "ASM": DECODE_ASM[cfg["DECODE"]],
             "ESC_CHUNK": cfg["ESC_CHUNK"], "PREFETCH": cfg["PREFETCH"],
             "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"], **pdl_launch(x.device)}

@@ -55,3 +55,21 @@ def test_gemm_probe_cpu_smoke(tmp_path):
     assert all(r["p50_us"] > 0 for r in rows if r["state"] == "ok")
     assert {(b["shape"], b["M"]) for b in report["best"]} == {
         (s, m) for s in ("tiny_a", "tiny_b") for m in (3, 40)}
+
+
+def test_gemm_probe_takes_the_fragment_order_op_without_tiles(tmp_path):
+    """``--op w12f_gemm`` with no ``--tiles``: the tile is ``num_warps`` x ``ROWS_PER_WARP``, given
+    as grid axes, and every combination runs and passes the check."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "experiments/h200_gemm_probe.py", "--cpu-smoke",
+                           "--op", "w12f_gemm", "--m", "5", "--tiles", "",
+                           "--grid", "num_warps=1,2", "--grid", "ROWS_PER_WARP=16,32", "--base",
+                           "kernel=mma,DECODE=int,BLOCK_K=32,SPLIT_K=1,BLOCK_T=8,ESC_CHUNK=1,"
+                           "MMA_V2=0,num_stages=1"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "h200_gemm_probe.json").read_text())["rows"]
+    assert len(rows) == 2 * 4 and all(r["state"] == "ok" and r["p50_us"] > 0 for r in rows)
+    assert {(r["config"]["num_warps"], r["config"]["ROWS_PER_WARP"]) for r in rows} == {
+        (1, 16), (1, 32), (2, 16), (2, 32)}

@@ -27,9 +27,9 @@ from specpilot.kernels.w12f_gemm import space
 from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
 
-def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1):
-    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch), "DECODE": "int",
-            "CHAINS": chains}
+def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1, rows=16):
+    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch, rows_per_warp=rows),
+            "DECODE": "int", "CHAINS": chains}
 
 
 def gemv(warps=2, bk=32, split=1, prefetch=0):
@@ -97,6 +97,10 @@ CASES = [
     pytest.param(17, 499, 64, mma(warps=2, bk=64, block_t=16, chains=4, prefetch=1),
                  id="mma-4-chains-prefetch"),
     pytest.param(3, 999, 33, mma(warps=1, bk=128, split=2, chains=4), id="mma-4-chains-split"),
+    pytest.param(17, 260, 100, mma(warps=1, bk=32, block_t=16, rows=32),
+                 id="mma-32-rows-per-warp-rows-past-N"),
+    pytest.param(5, 1090, 70, mma(warps=2, bk=64, split=4, prefetch=1, chains=2, rows=32),
+                 id="mma-32-rows-per-warp-split4"),
 ]
 
 
@@ -217,6 +221,7 @@ out = {}
 mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                             ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
+                            ("mma-32-rows", ft.w12f_fwd_kernel_mma, {**mma, "W": 4}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
@@ -241,7 +246,8 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     tiles do: one STS per x tile chunk); the GEMV's K loop moves no data between lanes. With
     ``PREFETCH`` the first K step's 12 plane loads (and nothing else; with 4 accumulator chains
     the first sub-step's 6) come before the PDL wait, and the K loop is the same; without it
-    nothing is read before the wait."""
+    nothing is read before the wait. Two row blocks per warp double the planes and MMAs per warp
+    with no conversion and no more x tile stores."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
@@ -258,5 +264,10 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     mma_ops, gemv_ops = (collections.Counter(got[k]["ops"]) for k in ("mma", "gemv"))
     assert got["mma"]["converts_to_a"] == 0 and got["mma-prefetch"]["converts_to_a"] == 0
     assert got["mma"]["plane_loads"] == 12 and got["gemv"]["plane_loads"] == 12
+    # two 16-row blocks per warp (W = 4 on 2 warps): twice the planes and MMAs per warp, still
+    # no conversion, and the x tiles shared by both blocks (no more STS)
+    rows32 = collections.Counter(got["mma-32-rows"]["ops"])
+    assert got["mma-32-rows"]["converts_to_a"] == 0 and got["mma-32-rows"]["plane_loads"] == 24
+    assert rows32["HMMA"] == 32 and rows32["STS"] == mma_ops["STS"]
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
