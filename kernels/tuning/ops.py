@@ -96,8 +96,8 @@ def _x(m: int, k: int, device: torch.device, seed: int) -> torch.Tensor:
 
 
 def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
-                 num_copies: int = 1) -> Case:
-    w = synthetic_weight(n, k, device, seed)
+                 num_copies: int = 1, outlier_rate: float = 1e-3) -> Case:
+    w = synthetic_weight(n, k, device, seed, outlier_rate)
     x = _x(m, k, device, seed)
     exact, abs_sum = gemm_exact(x, w)
     args = [(x, w)] + [(x, w.clone()) for _ in range(num_copies - 1)]
@@ -105,10 +105,10 @@ def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
 
 
 def _w12_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
-              num_copies: int = 1, order: str = "rows") -> Case:
+              num_copies: int = 1, order: str = "rows", outlier_rate: float = 1e-3) -> Case:
     from specpilot.kernels import w12
 
-    w = synthetic_weight(n, k, device, seed)
+    w = synthetic_weight(n, k, device, seed, outlier_rate)
     x = _x(m, k, device, seed)
     exact, abs_sum = gemm_exact(x, w)
     packed = w12.pack(w, order=order)

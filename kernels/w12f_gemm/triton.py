@@ -108,14 +108,41 @@ def load_planes(p):
 @triton.jit
 def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K: tl.constexpr,
-               ESC_CHUNK: tl.constexpr):
+               ESC_CHUNK: tl.constexpr, early=None):
     """``y [tokens, rows]`` (fp32 sums of the scaled decode): scale, the rows' escapes (split 0
-    only), store (split K: :func:`store_splitk`)."""
+    only; ``early``: the sum of each row's first ``ESC_CHUNK`` escapes, :func:`early_escapes`, so
+    only the rest are walked here), store (split K: :func:`store_splitk`)."""
     y = y * scale
     start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    y = apply_escapes(y, x_ptr, stride_xm, offs_t, M, start, count, 0, esc_col_ptr,
+    first = 0
+    if early is not None:
+        y += early
+        first = ESC_CHUNK
+    y = apply_escapes(y, x_ptr, stride_xm, offs_t, M, start, count, first, esc_col_ptr,
                       esc_delta_ptr, ESC_CHUNK)
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
+
+
+@triton.jit
+def escape_slots(row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, mask, ESC_CHUNK: tl.constexpr):
+    """``(col, delta)`` ``[rows, ESC_CHUNK]``: the first ``ESC_CHUNK`` escapes of rows ``offs_n``
+    (column 0 and delta 0 past a row's count, or where ``mask`` is false). Weight data only, so
+    loaded before the PDL wait."""
+    start, count = escape_rows(row_ptr, offs_n, mask)
+    slot = tl.arange(0, ESC_CHUNK)[None, :]
+    has = slot < count[:, None]
+    col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
+    delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
+    return col, delta
+
+
+@triton.jit
+def early_escapes(col, delta, x_ptr, stride_xm, offs_t, t_mask):
+    """``[tokens, rows]``: ``sum_c delta[row, c] * x[token, col[row, c]]`` over the slots of
+    :func:`escape_slots` (column 0 times delta 0 where a row has no escape left)."""
+    xv = tl.load(x_ptr + offs_t[:, None, None] * stride_xm + col[None, :, :],
+                 mask=t_mask[:, None, None], other=0.0)
+    return tl.sum(xv.to(tl.float32) * delta[None, :, :], axis=2)
 
 
 @triton.jit
@@ -176,7 +203,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
                         ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, CHAINS: tl.constexpr,
-                        PDL: tl.constexpr, MMA_V2: tl.constexpr):
+                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
     per row: the launcher checks; no split is empty), summed in ``CHAINS`` independent accumulators
@@ -185,7 +212,11 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     previous kernel has finished; with ``PREFETCH`` the split's first K step's planes (its first
     sub-step's, with 4 chains) load before that wait, under the previous kernel's tail (the same
     products in the same order: the same bits). ``MMA_V2`` only keys Triton's cache
-    (:mod:`specpilot.kernels.common.mma` picks the instruction)."""
+    (:mod:`specpilot.kernels.common.mma` picks the instruction). ``ESC_EARLY``: each row's first
+    ``ESC_CHUNK`` escapes load before the PDL wait and their x values right after it, in the
+    same straight-line block as the first K step (with ``PREFETCH``), so the epilogue waits on
+    memory only for rows with more escapes than that; without it the epilogue walks them all,
+    two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -199,7 +230,13 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
     if PREFETCH:
         early = load_planes(tiles + s_lo * (FC * 1536))
+    if ESC_EARLY:
+        esc_col, esc_delta = escape_slots(row_ptr, esc_col_ptr, esc_delta_ptr, offs_n,
+                                          (offs_n < N) & (pid_k == 0), ESC_CHUNK)
     pdl_start(PDL)
+    esc = None
+    if ESC_EARLY:
+        esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     acc0 = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
     acc1 = acc0
     acc2 = acc0
@@ -218,7 +255,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         acc0 += acc2 + acc3
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
-               pid_k, SPLIT_K, ESC_CHUNK)
+               pid_k, SPLIT_K, ESC_CHUNK, esc)
 
 
 @triton.jit
@@ -313,7 +350,7 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     else:
         with mma_v2_compile(cfg["MMA_V2"]):
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
-                                      CHAINS=cfg["CHAINS"],
+                                      CHAINS=cfg["CHAINS"], ESC_EARLY=bool(cfg["ESC_EARLY"]),
                                       MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)

@@ -27,8 +27,10 @@ from specpilot.kernels.w12f_gemm import space
 from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
 
-def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1, rows=16):
-    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch, rows_per_warp=rows),
+def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1, rows=16,
+        esc_early=0, esc_chunk=1):
+    return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch, rows_per_warp=rows,
+                         esc_early=esc_early, esc_chunk=esc_chunk),
             "DECODE": "int", "CHAINS": chains}
 
 
@@ -101,6 +103,15 @@ CASES = [
                  id="mma-32-rows-per-warp-rows-past-N"),
     pytest.param(5, 1090, 70, mma(warps=2, bk=64, split=4, prefetch=1, chains=2, rows=32),
                  id="mma-32-rows-per-warp-split4"),
+    # early escapes: chunks of 1 (most rows have more: the epilogue walks the rest), 2 and 8
+    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=1),
+                 id="mma-early-escapes-chunk1"),
+    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=1, esc_chunk=2),
+                 id="mma-early-escapes-split4"),
+    pytest.param(3, 999, 70, mma(warps=2, bk=32, chains=2, esc_early=1, esc_chunk=8),
+                 id="mma-early-escapes-chunk8"),
+    pytest.param(9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8),
+                 id="mma-early-escapes-most-rows-all-early"),
 ]
 
 
@@ -218,10 +229,12 @@ ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr":
         "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
-mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1}
+mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": False}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                             ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
                             ("mma-32-rows", ft.w12f_fwd_kernel_mma, {**mma, "W": 4}),
+                            ("mma-esc-early", ft.w12f_fwd_kernel_mma,
+                             {**mma, "ESC_EARLY": True, "ESC_CHUNK": 4}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
@@ -247,7 +260,8 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     ``PREFETCH`` the first K step's 12 plane loads (and nothing else; with 4 accumulator chains
     the first sub-step's 6) come before the PDL wait, and the K loop is the same; without it
     nothing is read before the wait. Two row blocks per warp double the planes and MMAs per warp
-    with no conversion and no more x tile stores."""
+    with no conversion and no more x tile stores. Early escapes read only weight data before the
+    wait."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
@@ -269,5 +283,15 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     rows32 = collections.Counter(got["mma-32-rows"]["ops"])
     assert got["mma-32-rows"]["converts_to_a"] == 0 and got["mma-32-rows"]["plane_loads"] == 24
     assert rows32["HMMA"] == 32 and rows32["STS"] == mma_ops["STS"]
+    # early escapes: only 32-bit weight-side loads (escape ranges, columns, deltas) before the
+    # wait, and with PREFETCH the 12 plane loads as well; the K loop keeps its loads and MMAs and
+    # grows by at most 10% (the early sum stays live across it)
+    early = got["mma-esc-early"]["loads_before_wait"]
+    assert early and all(".b32" in ld and "v4" not in ld for ld in early), early
+    early_pf = got["mma-esc-early-prefetch"]["loads_before_wait"]
+    assert sum("evict_first" in ld for ld in early_pf) == 12
+    esc_ops = collections.Counter(got["mma-esc-early"]["ops"])
+    assert got["mma-esc-early"]["plane_loads"] == 12 and esc_ops["HMMA"] == mma_ops["HMMA"]
+    assert sum(esc_ops.values()) <= 1.1 * sum(mma_ops.values())
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
