@@ -15,10 +15,7 @@ same bits either way). ``CHAINS`` (mma): independent accumulators per K step, so
 are that many dependency chains instead of one (1; 2: the low and high halves apart; 4: also the
 step's two halves of chunks). ``ESC_EARLY`` (mma): 1 fetches each row's first ``ESC_CHUNK``
 escapes before the PDL wait and their x values right after it, so the epilogue walks only rows with
-more (the epilogue's walk costs two dependent loads per chunk). ``UNROLL`` (mma, one stage): 1
-writes each split's K steps out as straight-line code (SPLIT_K must divide the steps, at most
-``MAX_UNROLL`` per split), so ptxas may issue a step's plane loads while the previous step computes;
-2 also names the next step's plane loads before each step's MMAs in the source.
+more (the epilogue's walk costs two dependent loads per chunk).
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -27,7 +24,11 @@ stage everywhere (three stages lost to it by up to 6% on the wide shapes,
 results/h200-2026-12-02-w12-frag-one-stage.json), 2 warps x 64 pairs or 4 warps x 128 pairs on the
 wide projections (gate_up, lm_head), 1-2 warps x 256 pairs on the attention and GDN input
 projections, and 4-way split K with 128-pair steps on the narrow ones (down_proj, out_proj: N =
-5120 leaves too few row tiles).
+5120 leaves too few row tiles). Two choices stay out of SWEEP, measured on its weights at the
+M = 8 and 16 winners' tiles: 32 rows per warp (162-255 registers; no row beat the 16-row winners,
+results/h200-2026-12-03-w12f-rows-per-warp-probe.json) and ``ESC_EARLY`` (0.95-1.11x the best late
+config per row, within the spread of back-to-back configs: ...-w12f-esc-early-probe.json); the
+tuner may still pick either per shape.
 """
 
 import itertools
@@ -50,19 +51,16 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1],
-            "UNROLL": [0, 1, 2]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
-ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0,
-                          "UNROLL": 0},
+ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0},
                   "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
 # BLOCK_N, always 16 x num_warps.
 REMOVED_KEYS = {"mma": ("BLOCK_N",), "gemv": ("BLOCK_N",)}
 TEST_ONLY_KEYS = ("_test_corrupt",)
-MAX_UNROLL = 40  # K steps per split UNROLL writes out as straight-line code
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which holds the row tiles
 _SMEM_BUDGET = 160 * 1024
 
@@ -111,12 +109,6 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["CHAINS"] == 4 and config["BLOCK_K"] % (2 * FRAG_PAIRS):
             raise ValueError(f"CHAINS=4 splits each K step in two: BLOCK_K={config['BLOCK_K']} "
                              f"must be an even number of {FRAG_PAIRS}-pair blocks")
-        steps = blocks // (config["BLOCK_K"] // FRAG_PAIRS)
-        if config["UNROLL"] and (steps % config["SPLIT_K"] or steps // config["SPLIT_K"] > MAX_UNROLL
-                                 or config["num_stages"] > 1):
-            raise ValueError(f"UNROLL={config['UNROLL']} unrolls each split's K steps: SPLIT_K={config['SPLIT_K']} "
-                             f"must divide the {steps} steps into at most {MAX_UNROLL} each, on "
-                             f"one stage (num_stages={config['num_stages']})")
         if config["BLOCK_T"] > max(8, next_pow2(m)):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} pads M={m} past the next power of "
                              "two: a smaller tile computes the same")
@@ -129,11 +121,11 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
          decode: str = "prmt", prefetch: int = 0, rows_per_warp: int = FRAG_ROWS,
-         esc_early: int = 0, esc_chunk: int = 1, unroll: int = 0) -> dict:
+         esc_early: int = 0, esc_chunk: int = 1) -> dict:
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
-            "ESC_EARLY": esc_early, "UNROLL": unroll}
+            "ESC_EARLY": esc_early}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",

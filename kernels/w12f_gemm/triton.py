@@ -41,6 +41,11 @@ results/h200-2026-12-02-kernels-prefetch.json) and ``CHAINS`` (independent accum
 :func:`mma_step`: the 1-warp 256-pair tile's dependent ``HMMA`` chain is 32 deep with one; two
 chains ran a median 0.986x of one, four 1.06x, results/h200-2026-12-02-kernels-chains.json). The
 dependency chain is not what bounds the kernel: with both, the best W12 time per row moved 0-5%.
+Nor did more bytes in flight per warp help: the K loop written out as straight-line code (ptxas
+then issues a step's plane loads near the end of the previous step's MMAs, the x tile's barrier
+between) was 0.96-1.50x the loop, and the next step's planes carried as loop values make Triton
+pick a 2-wide operand and reorder the planes every step (results/h200-2026-12-03-w12f-unroll-probe
+.json, commit c885787).
 
 Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
 that owns the first K steps applies the escapes, split partials are summed in split order by the
@@ -203,8 +208,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
                         ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, CHAINS: tl.constexpr,
-                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr,
-                        UNROLL: tl.constexpr):
+                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
     per row: the launcher checks; no split is empty), summed in ``CHAINS`` independent accumulators
@@ -217,15 +221,8 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     ``ESC_CHUNK`` escapes load before the PDL wait and their x values right after it, in the
     same straight-line block as the first K step (with ``PREFETCH``), so the epilogue waits on
     memory only for rows with more escapes than that; without it the epilogue walks them all,
-    two dependent loads per escape. ``UNROLL`` (> 0: twice the K steps of every split, plus 1
-    to rotate; the launcher checks the splits are equal): the K loop unrolled into straight-line
-    code, so ptxas may issue a step's plane loads during the previous step's MMAs (in a loop, each
-    step's loads wait for the previous step to finish: one stage keeps no bytes in flight while a
-    warp computes); rotated (not with 4 chains), each step's source names the next step's plane
-    loads before its own MMAs."""
+    two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
-    STEPS: tl.constexpr = UNROLL // 2  # UNROLL: 2 x steps per split + rotate
-    ROTATE: tl.constexpr = UNROLL % 2 == 1 and CHAINS != 4
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -253,25 +250,10 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_lo * (FC * 1536),
                                           x_cols, t_mask, s_lo, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32, early)
-    if STEPS:
-        if ROTATE and PREFETCH < STEPS:
-            ahead = load_planes(tiles + (s_lo + PREFETCH) * (FC * 1536))
-        for i in tl.static_range(PREFETCH, STEPS):
-            if ROTATE:
-                planes = ahead
-                if i + 1 < STEPS:
-                    ahead = load_planes(tiles + (s_lo + i + 1) * (FC * 1536))
-            else:
-                planes = None
-            acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3,
-                                              tiles + (s_lo + i) * (FC * 1536), x_cols, t_mask,
-                                              s_lo + i, K, K2, FC, FS, W, CHAINS, ASM, X_F32,
-                                              planes)
-    else:
-        for s in range(s_lo + PREFETCH, s_hi):
-            acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
-                                              x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
-                                              X_F32)
+    for s in range(s_lo + PREFETCH, s_hi):
+        acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
+                                          x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
+                                          X_F32)
     if CHAINS >= 2:
         acc0 += acc1
     if CHAINS == 4:
@@ -358,8 +340,6 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     steps = kb // fc
     steps_per_split = cdiv(steps, cfg["SPLIT_K"])
     splits = cdiv(steps, steps_per_split)
-    # validate checked the splits equal; the kernel takes the steps and the flavour in one value
-    unroll = 2 * steps_per_split + (cfg["UNROLL"] == 2) if cfg.get("UNROLL") else 0
     gemv = cfg["kernel"] == "gemv"
     w = space.row_blocks(cfg)
     grid = (1 if gemv else cdiv(m, cfg["BLOCK_T"]), cdiv(rb, w), splits)
@@ -376,7 +356,7 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
         with mma_v2_compile(cfg["MMA_V2"]):
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
                                       CHAINS=cfg["CHAINS"], ESC_EARLY=bool(cfg["ESC_EARLY"]),
-                                      MMA_V2=bool(cfg["MMA_V2"]), UNROLL=unroll, **meta)
+                                      MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

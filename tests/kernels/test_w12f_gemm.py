@@ -28,9 +28,9 @@ from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
 
 def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1, rows=16,
-        esc_early=0, esc_chunk=1, unroll=0):
+        esc_early=0, esc_chunk=1):
     return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch, rows_per_warp=rows,
-                         esc_early=esc_early, esc_chunk=esc_chunk, unroll=unroll),
+                         esc_early=esc_early, esc_chunk=esc_chunk),
             "DECODE": "int", "CHAINS": chains}
 
 
@@ -112,16 +112,6 @@ CASES = [
                  id="mma-early-escapes-chunk8"),
     pytest.param(9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8),
                  id="mma-early-escapes-most-rows-all-early"),
-    # the K loop unrolled: 4 splits of 2 steps (K padded to whole blocks); 2 of 4 with 4 chains;
-    # one step per split; with early escapes
-    pytest.param(5, 1001, 33, mma(warps=1, bk=64, split=4, prefetch=1, unroll=1),
-                 id="mma-unrolled-split4"),
-    pytest.param(17, 512, 70, mma(warps=2, bk=64, block_t=16, split=2, chains=4, unroll=1),
-                 id="mma-unrolled-4-chains-rows-past-N"),
-    pytest.param(3, 128, 40, mma(warps=1, bk=32, split=2, prefetch=1, unroll=2, rows=32),
-                 id="mma-unrolled-one-step-splits"),
-    pytest.param(9, 1024, 64, mma(warps=4, bk=32, mma_v2=1, esc_early=1, esc_chunk=4, unroll=2),
-                 id="mma-unrolled-early-escapes"),
 ]
 
 
@@ -137,22 +127,6 @@ def test_prefetch_gives_the_same_bits(m, k, n, config):
     x = torch.randn(m, k).to(torch.bfloat16)
     assert torch.equal(w12f_gemm.linear(x, packed, config),
                        w12f_gemm.linear(x, packed, {**config, "PREFETCH": 1}))
-
-
-@pytest.mark.parametrize("unroll", [1, 2])
-@pytest.mark.parametrize("m, k, n, config", [
-    (5, 1024, 33, mma(warps=1, split=4)), (17, 256, 64, mma(warps=2, block_t=16, chains=2)),
-    (3, 640, 20, mma(warps=1, split=2, prefetch=1, esc_early=1)),
-    (6, 512, 20, mma(warps=1, bk=64, chains=4))])
-def test_unrolled_k_loop_gives_the_same_bits(m, k, n, config, unroll):
-    """``UNROLL`` writes the same K steps out without a loop: the same products in the same
-    order, so the same bits."""
-    torch.manual_seed(1)
-    packed = w12.pack(synthetic_weight(n, k, torch.device("cpu"), 2, outlier_rate=2e-2),
-                      order="frag")
-    x = torch.randn(m, k).to(torch.bfloat16)
-    assert torch.equal(w12f_gemm.linear(x, packed, config),
-                       w12f_gemm.linear(x, packed, {**config, "UNROLL": unroll}))
 
 
 @pytest.mark.parametrize("m, k, n, config", CASES)
@@ -207,9 +181,6 @@ def test_each_gemm_refuses_the_other_order():
     (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "num_warps": 8}, 64, 8192,
      "shared memory"),
     (mma(bk=32, chains=4), 4, 512, "even number of 32-pair blocks"),
-    (mma(split=2, unroll=1), 4, 192, "divide the 3 steps"),  # 3 blocks of 32 pairs
-    (mma(unroll=1), 4, 4096, "at most 40"),  # 64 steps in one split
-    (mma(unroll=1) | {"num_stages": 2}, 4, 512, "one stage"),
 ])
 def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
     with pytest.raises(ValueError, match=message):
@@ -258,7 +229,7 @@ ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr":
         "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
-mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": False, "UNROLL": 0}
+mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": False}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                             ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
                             ("mma-32-rows", ft.w12f_fwd_kernel_mma, {**mma, "W": 4}),
