@@ -18,12 +18,12 @@ WORK = re.compile(r"^(HMMA|HGMMA|FFMA|FMUL)$")
 
 
 def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, pointers: dict,
-                 aligned: tuple = (), maxnreg: int = 0):
+                 aligned: tuple = ()):
     """Triton's compile of ``kernel`` (a ``@triton.jit`` function) for sm_90a, no GPU needed:
     ``constexprs`` by name; other parameters are the dtypes in ``pointers`` (e.g. ``"*u8"``),
     ``fp32`` for ``scale`` and ``i32`` else; those in ``pointers`` or ``aligned`` are declared
-    16-divisible, as a launch at aligned sizes specialises them; ``maxnreg`` (0: none) caps the
-    registers per thread as the launch option does. ``.asm`` holds ``ptx`` and ``cubin``."""
+    16-divisible, as a launch at aligned sizes specialises them. ``.asm`` holds ``ptx`` and
+    ``cubin``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -36,8 +36,6 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, poin
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs,
                     constexprs={(names.index(n),): v for n, v in constexprs.items()})
     options = {"num_warps": num_warps, "num_stages": num_stages}
-    if maxnreg:
-        options["maxnreg"] = maxnreg
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 

@@ -15,10 +15,7 @@ same bits either way). ``CHAINS`` (mma): independent accumulators per K step, so
 are that many dependency chains instead of one (1; 2: the low and high halves apart; 4: also the
 step's two halves of chunks). ``ESC_EARLY`` (mma): 1 fetches each row's first ``ESC_CHUNK``
 escapes before the PDL wait and their x values right after it, so the epilogue walks only rows with
-more (the epilogue's walk costs two dependent loads per chunk). ``MAX_REGS`` (mma; 0: none) caps
-the registers per thread (ptxas ``-maxrregcount``), so more warps stay resident: a grid a little
-larger than one wave (the narrow projections' split-K grids at M = 8-16 hold 1.2 waves at 128
-registers) then runs in one.
+more (the epilogue's walk costs two dependent loads per chunk).
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -54,12 +51,10 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1],
-            "MAX_REGS": [0, 80, 96, 128, 168]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
-ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0,
-                          "MAX_REGS": 0},
+ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0},
                   "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
@@ -126,11 +121,11 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
          decode: str = "prmt", prefetch: int = 0, rows_per_warp: int = FRAG_ROWS,
-         esc_early: int = 0, esc_chunk: int = 1, max_regs: int = 0) -> dict:
+         esc_early: int = 0, esc_chunk: int = 1) -> dict:
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
-            "ESC_EARLY": esc_early, "MAX_REGS": max_regs}
+            "ESC_EARLY": esc_early}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",
@@ -159,6 +154,9 @@ SWEEP = [
     # same tile with one (0.80-1.00x), the fragment-order winner on 22 of the 40 rows; four chains
     # were a median 6% slower (results/h200-2026-12-02-kernels-chains.json): not in the sweep.
     *[{**config, "CHAINS": 2} for config in _PREFETCHED],
+    # 16-token tiles split 8 ways on the narrow projections: mg_down M = 16 55.2 us, gdn_out 19.6,
+    # against 59.4 and 20.8 split 4 (results/h200-2026-12-03-w12f-max-regs-probe.json)
+    _mma(2, 128, 16, 8, prefetch=1),
     # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
 ]

@@ -350,8 +350,6 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
             "ESC_CHUNK": cfg["ESC_CHUNK"], "PREFETCH": cfg["PREFETCH"],
             "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"], **pdl_launch(x.device)}
-    if cfg.get("MAX_REGS"):
-        meta["maxnreg"] = cfg["MAX_REGS"]
     if gemv:
         w12f_fwd_kernel_gemv[grid](*args, **meta)
     else:

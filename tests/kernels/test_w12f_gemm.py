@@ -28,9 +28,9 @@ from specpilot.kernels.w12f_gemm.triton import w12f_gemm as w12f_triton
 
 
 def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1, rows=16,
-        esc_early=0, esc_chunk=1, max_regs=0):
+        esc_early=0, esc_chunk=1):
     return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch, rows_per_warp=rows,
-                         esc_early=esc_early, esc_chunk=esc_chunk, max_regs=max_regs),
+                         esc_early=esc_early, esc_chunk=esc_chunk),
             "DECODE": "int", "CHAINS": chains}
 
 
@@ -112,8 +112,6 @@ CASES = [
                  id="mma-early-escapes-chunk8"),
     pytest.param(9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8),
                  id="mma-early-escapes-most-rows-all-early"),
-    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, chains=2, max_regs=80),
-                 id="mma-register-cap"),
 ]
 
 
