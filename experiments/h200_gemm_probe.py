@@ -15,7 +15,8 @@ Run from the repo root::
 
 ``--tiles`` pairs ``BLOCK_N x num_warps`` (empty for ``w12f_gemm``, whose tiles are ``num_warps``
 and ``ROWS_PER_WARP``: give them as ``--grid`` axes); ``--grid NAME=v1,v2`` adds one axis;
-``--base`` fixes the other parameters (the space's ``ADDED_DEFAULTS`` fill what is left). Writes
+``--base`` fixes the other parameters (the space's ``ADDED_DEFAULTS`` fill what is left);
+``--extra JSON`` times one more whole config beside them (a baseline of another kernel). Writes
 ``$OUT/h200_gemm_probe.json`` after every shape; ``--cpu-smoke`` runs tiny shapes through the
 Triton interpreter (no timing value).
 
@@ -92,13 +93,13 @@ def kernel_fns(op_name: str) -> list:
     else:
         from specpilot.kernels.skinny_gemm import triton as mod
     return [getattr(mod, name) for name in dir(mod)
-            if name.endswith(("_gemv", "_dot", "_sk", "_mma"))]
+            if name.endswith(("_gemv", "_dot", "_sk", "_mma", "_tma"))]
 
 
 def compile_key(op, cfg: dict, m: int) -> str:
     """What picks the compiled kernel besides the config: the token tile (swap-AB) or the row
     count (GEMV) that M gives (M itself is not specialised)."""
-    if cfg["kernel"] in ("dot", "dot_sk", "mma"):
+    if cfg["kernel"] in ("dot", "dot_sk", "mma", "tma", "tma_sk"):
         tile = op.space.token_tile(cfg, m)
     else:
         tile = op.space.gemv_rows(m) if cfg["kernel"] == "gemv" else 1
@@ -169,6 +170,8 @@ def main() -> int:
     parser.add_argument("--tiles", default="32x2", help="BLOCK_N x num_warps pairs")
     parser.add_argument("--grid", action="append", default=[], help="NAME=v1,v2 (repeatable)")
     parser.add_argument("--base", default="kernel=dot", help="NAME=v,... fixed for every config")
+    parser.add_argument("--extra", action="append", default=[],
+                        help="one more whole config as JSON, timed beside the grid (repeatable)")
     parser.add_argument("--outlier-rate", type=float, default=kb.OUTLIER_RATE,
                         help="the weights' outliers (W12 escapes); default the sweep's")
     parser.add_argument("--note", default="")
@@ -181,7 +184,7 @@ def main() -> int:
     tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t]
     axes = {g.split("=")[0]: [parse_value(v) for v in g.split("=")[1].split(",")]
             for g in args.grid}
-    configs = grid_configs(base, tiles, axes)
+    configs = grid_configs(base, tiles, axes) + [json.loads(c) for c in args.extra]
     op = get_op(args.op)
     shapes = list(kb.SHAPES) if CPU_SMOKE else args.shapes.split(",")
     ms = [int(v) for v in args.m.split(",")]

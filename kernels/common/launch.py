@@ -156,7 +156,7 @@ def plan_skinny(op: str, config: dict | None, m: int, n: int, k: int, k_split_le
     cfg = resolve_config(op, config, m, n, k, device, space)
     if cfg["kernel"] == "gemv_sk":
         return plan_streamk(cfg, n, k_split_len, device)
-    if cfg["kernel"] == "dot_sk":
+    if cfg["kernel"] in ("dot_sk", "tma_sk"):
         return plan_streamk(cfg, n, k_split_len, device, rows=space.token_tile(cfg, m))
     k_per_split, splits = splitk_plan(k_split_len, cfg["SPLIT_K"], cfg["BLOCK_K"])
     grid_n = cdiv(n, cfg["BLOCK_N"])

@@ -77,29 +77,53 @@ def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, s_lo
     """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [BLOCK_M, BLOCK_N]`` (fp32) is the
     segment's sum for rows ``offs_m`` and output columns ``offs_n`` of ``out [M, N]`` (the GEMVs:
     one row); ``first``: the segment is program ``p``'s first; program q streams units
-    ``[q * per, (q + 1) * per)``.
-
-    ``ws_ptr``: fp32 ``[programs, 2, BLOCK_M, BLOCK_N]``; ``lock_ptr``: an int32 counter per tile,
-    zero on entry and left zero on exit.
+    ``[q * per, (q + 1) * per)``. A partial segment is written (:func:`streamk_write`) and
+    counted (:func:`streamk_arrive`), and the program that arrives last at the tile sums its
+    partials (:func:`streamk_fixup`).
     """
     if (s_lo == 0) & (s_hi == steps):
         store_tile(y, out_ptr, offs_m, offs_n, M, N)
     else:
-        cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        slot = tl.where(first, 0, 1)
-        tl.store(ws_ptr + (p * 2 + slot) * (BLOCK_M * BLOCK_N) + cells, y)
-        # Every thread's partial store happens before the (release) counter bump.
-        tl.debug_barrier()
-        q_lo = tile * steps // per
-        q_hi = (tile * steps + steps - 1) // per
-        count = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel")
-        if count == q_hi - q_lo:
-            total = tl.zeros_like(y)
-            for q in range(q_lo, q_hi + 1):
-                # The tile is q's first segment iff q's range starts inside it.
-                q_slot = tl.where(q * per >= tile * steps, 0, 1)
-                # .cg: read from L2, never a stale L1 line.
-                total += tl.load(ws_ptr + (q * 2 + q_slot) * (BLOCK_M * BLOCK_N) + cells,
-                                 cache_modifier=".cg")
-            store_tile(total, out_ptr, offs_m, offs_n, M, N)
-            tl.atomic_xchg(lock_ptr + tile, 0)
+        streamk_write(y, ws_ptr, first, p, BLOCK_M, BLOCK_N)
+        if streamk_arrive(lock_ptr, tile, per, steps):
+            streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, per, steps,
+                          BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def streamk_write(y, ws_ptr, first, p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A partial segment's ``y`` (fp32) to program ``p``'s workspace slot: 0 if the segment is its
+    first, else 1. ``ws_ptr``: fp32 ``[programs, 2, BLOCK_M, BLOCK_N]``."""
+    cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(ws_ptr + (p * 2 + tl.where(first, 0, 1)) * (BLOCK_M * BLOCK_N) + cells, y)
+
+
+@triton.jit
+def streamk_arrive(lock_ptr, tile, per, steps):
+    """Count a written partial at ``tile`` (``lock_ptr``: an int32 counter per tile, zero on entry
+    and left zero on exit by the fixup): True for the program that arrives last, which must then
+    run :func:`streamk_fixup` (every other partial of the tile is written by then)."""
+    # Every thread's partial store happens before the (release) counter bump.
+    tl.debug_barrier()
+    q_lo = tile * steps // per
+    q_hi = (tile * steps + steps - 1) // per
+    return tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel") == q_hi - q_lo
+
+
+@triton.jit
+def streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, per, steps,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Sum ``tile``'s partials in program order (the same bits whatever order programs finished
+    in), store them and reset the tile's counter to 0."""
+    cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    q_lo = tile * steps // per
+    q_hi = (tile * steps + steps - 1) // per
+    total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for q in range(q_lo, q_hi + 1):
+        # The tile is q's first segment iff q's range starts inside it.
+        q_slot = tl.where(q * per >= tile * steps, 0, 1)
+        # .cg: read from L2, never a stale L1 line.
+        total += tl.load(ws_ptr + (q * 2 + q_slot) * (BLOCK_M * BLOCK_N) + cells,
+                         cache_modifier=".cg")
+    store_tile(total, out_ptr, offs_m, offs_n, M, N)
+    tl.atomic_xchg(lock_ptr + tile, 0)

@@ -11,7 +11,9 @@ tiles, weights [BLOCK_N, BLOCK_K] as the MMA M side and the M tokens padded to B
 N side); "tma": the same swap-AB tiles with every K step's weight and x tiles copied by the Tensor
 Memory Accelerator, K a multiple of 8 (16-byte rows); "dot_sk": the swap-AB kernel under the
 stream-K schedule, M <= 64 (one token tile),
-``PROGRAMS_PER_SM`` as for "gemv_sk"), block sizes, ``SPLIT_K`` (deterministic split-K),
+``PROGRAMS_PER_SM`` as for "gemv_sk"; "tma_sk": the tma tiles under that schedule, the
+program's K steps one flat loop, so the copies run on across tile boundaries), block sizes,
+``SPLIT_K`` (deterministic split-K),
 ``K_STAGES`` (GEMV: its K loop software-pipelined through shared memory, that many steps in
 flight; 1 for none), ``num_warps``,
 ``num_stages``, ``PREFETCH`` (dot: 1 loads the first K step's weight tile before the PDL wait),
@@ -70,6 +72,15 @@ PARAMS = {
         "BLOCK_N": [16, 32, 64, 128, 256],
         "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
+        "num_warps": [1, 2, 4, 8],
+        "num_stages": [2, 3, 4, 5, 6],
+        "MMA_V2": [0, 1],
+        "BLOCK_T_MIN": [16, 8],
+    },
+    "tma_sk": {
+        "BLOCK_N": [16, 32, 64, 128, 256],
+        "BLOCK_K": [32, 64, 128, 256],
+        "PROGRAMS_PER_SM": [1, 2, 3, 4],
         "num_warps": [1, 2, 4, 8],
         "num_stages": [2, 3, 4, 5, 6],
         "MMA_V2": [0, 1],
@@ -270,8 +281,8 @@ def gemv_rows(m: int) -> int:
 
 
 def kernels_for(m: int) -> list[str]:
-    """Kernel families that can run M rows (``dot_sk``: one token tile, M <= 64)."""
-    one_tile = ["dot_sk"] if m <= 64 else []
+    """Kernel families that can run M rows (``dot_sk``, ``tma_sk``: one token tile, M <= 64)."""
+    one_tile = ["dot_sk", "tma_sk"] if m <= 64 else []
     if m == 1:
         return ["gemv", "gemv_sk", "dot", "tma", *one_tile]
     return (["gemv", "dot", "tma", *one_tile] if m <= GEMV_MAX_M
@@ -310,7 +321,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["BLOCK_N"] < 16 or config["BLOCK_K"] < 16:
             raise ValueError("dot needs BLOCK_N >= 16 and BLOCK_K >= 16 (tl.dot minimum)")
         check_t_min(config, m)
-        if kernel == "tma" and k % 8:
+        if kernel in ("tma", "tma_sk") and k % 8:
             raise ValueError(f"the tma kernel needs K a multiple of 8 (16-byte rows), got K={k}")
         smem = (config["num_stages"] * (config["BLOCK_N"] + token_tile(config, m))
                 * config["BLOCK_K"] * 2)

@@ -1,8 +1,8 @@
 """Triton skinny bf16 GEMM for decode (M = 1) and verify (M = 2..64): ``out = x @ weight^T``.
 
 Kernel families, each streaming the weight once with an fp32 accumulator (evict-first loads where
-the loads are per thread); the stream-K variants of the first two are ``_gemv_sk`` and
-``_dot_sk``:
+the loads are per thread); each has a stream-K variant, ``..._gemv_sk``,
+``..._dot_sk`` and ``..._tma_sk`` (the last two M <= 64, one token tile):
 
 - ``skinny_gemm_fwd_kernel_gemv`` (M <= 2): CUDA-core GEMV; a ``[BLOCK_N, BLOCK_K]`` fp32 partial
   product tile per row is reduced over K once at the end.
@@ -32,7 +32,10 @@ from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import store_tile
+from specpilot.kernels.common.streamk import streamk_arrive
+from specpilot.kernels.common.streamk import streamk_fixup
 from specpilot.kernels.common.streamk import streamk_range
+from specpilot.kernels.common.streamk import streamk_write
 from specpilot.kernels.skinny_gemm import space
 
 
@@ -264,6 +267,61 @@ def skinny_gemm_fwd_kernel_tma(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, N, 
                  SPLIT_K)
 
 
+@triton.jit(do_not_specialize=["M"])
+def skinny_gemm_fwd_kernel_tma_sk(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, N, K, steps,
+                                  dp_tiles, units, per, BLOCK_N: tl.constexpr,
+                                  BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                                  PDL: tl.constexpr, MMA_V2: tl.constexpr):
+    """M <= BLOCK_T, the TMA tiles under data-parallel rounds then stream-K
+    (:mod:`specpilot.kernels.common.streamk`), as one flat loop over the program's K steps: grid
+    (P,); program p streams whole row tiles p, p + P, ... below ``dp_tiles``, then K-step units
+    ``[p*per, (p+1)*per)`` of the ``units`` of the remaining tiles, and stores each tile or
+    segment where its last step falls. Step i's tile and K step are a function of i alone (no
+    loop-carried index), so the pipeline copies the next steps' tiles while it multiplies, across
+    tile boundaries too: the copies never drain between tiles, as they do in ``dot_sk``, whose
+    K loop restarts for every tile. ``MMA_V2`` only keys the compile."""
+    p = tl.program_id(0)
+    programs = tl.num_programs(0)
+    dp_steps = dp_tiles // programs * steps  # dp_tiles is whole rounds (streamk_split)
+    u_lo, u_hi, _, _ = streamk_range(p, per, units, steps)
+    total = dp_steps + tl.maximum(u_hi - u_lo, 0)
+    offs_t = tl.arange(0, BLOCK_T)
+    pdl_start(PDL)
+    part_first = -1  # the tiles of this program's partial segments (-1: none)
+    part_last = -1
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for i in range(0, total):
+        in_dp = i < dp_steps
+        unit = tl.where(in_dp, i, u_lo + i - dp_steps)
+        t = unit // steps
+        s = unit - t * steps
+        tile = tl.where(in_dp, p + t * programs, dp_tiles + t)
+        w = w_desc.load([tile * BLOCK_N, s * BLOCK_K])
+        x = x_desc.load([0, s * BLOCK_K])
+        acc = dot_bf16(w, tl.trans(x), acc)
+        if (s == steps - 1) | (i == total - 1):
+            if in_dp | ((s == steps - 1) & (u_lo <= t * steps)):  # a whole tile
+                store_tile(tl.trans(acc), out_ptr, offs_t, tile * BLOCK_N + tl.arange(0, BLOCK_N),
+                           M, N)
+            else:
+                first = u_lo >= t * steps  # the range starts in this tile
+                streamk_write(tl.trans(acc), ws_ptr, first, p, BLOCK_T, BLOCK_N)
+                part_first = tl.where(first, t, part_first)
+                part_last = tl.where(first, part_last, t)
+            acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    # Counted after the loop: Triton pipelines no loop that holds a barrier or an atomic.
+    if part_first >= 0:
+        if streamk_arrive(lock_ptr, part_first, per, steps):
+            streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_t,
+                          (dp_tiles + part_first) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
+                          part_first, per, steps, BLOCK_T, BLOCK_N)
+    if part_last >= 0:
+        if streamk_arrive(lock_ptr, part_last, per, steps):
+            streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_t,
+                          (dp_tiles + part_last) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
+                          part_last, per, steps, BLOCK_T, BLOCK_N)
+
+
 def tma_descriptors(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int,
                     block_t: int) -> tuple[TensorDescriptor, TensorDescriptor]:
     """The TMA kernel's descriptors; the TMA needs 16-byte aligned starts and row strides."""
@@ -365,6 +423,13 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
                 x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0),
                 weight.stride(0), *plan.schedule, BLOCK_T=plan.rows, MMA_V2=bool(cfg["MMA_V2"]),
                 **plan.options, **meta)
+        return _corrupt_if_asked(out, cfg)
+    if cfg["kernel"] == "tma_sk":
+        descs = tma_descriptors(x, weight, cfg["BLOCK_N"], cfg["BLOCK_K"], plan.rows)
+        with mma_v2_compile(cfg["MMA_V2"]):
+            skinny_gemm_fwd_kernel_tma_sk[(plan.programs,)](
+                *descs, out, plan.workspace, plan.locks, m, n, k, *plan.schedule,
+                BLOCK_T=plan.rows, MMA_V2=bool(cfg["MMA_V2"]), **meta, **pdl_launch(x.device))
         return _corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
     if cfg["kernel"] == "tma":

@@ -94,7 +94,7 @@ def compile_ptx(kernel_name: str, constexprs_json: str, num_warps: int, num_stag
     kernel = getattr(importlib.import_module(f"specpilot.kernels.{op}.triton"), kernel_name)
     constexprs = json.loads(constexprs_json)
     pointers = POINTERS
-    if kernel_name.endswith("_tma"):  # host tensor descriptors, typed by their boxes
+    if kernel_name.endswith(("_tma", "_tma_sk")):  # host tensor descriptors, by their boxes
         box = constexprs["BLOCK_K"]
         pointers = {**POINTERS, "w_desc": f"tensordesc<bf16[{constexprs['BLOCK_N']}, {box}]>",
                     "x_desc": f"tensordesc<bf16[{constexprs['BLOCK_T']}, {box}]>"}
@@ -286,4 +286,17 @@ def test_tma_kernel_copies_whole_tiles_with_the_tensor_memory_accelerator(mma_v2
     assert mma in code
     assert not re.search(r"cp\.async\.c[ag]\.", code)
     assert "ld.global" not in code
+
+
+@pytest.mark.parametrize("num_stages", [3, 4])
+def test_tma_streamk_kernel_copies_ahead_across_its_flat_loop(num_stages):
+    """``tma_sk``: the program's K steps are one loop that Triton pipelines, its first
+    ``num_stages - 1`` steps' two copies issued before the loop and two in it. (An atomic or a
+    barrier in the loop -- the partial segments' counter -- made Triton leave it unpipelined: two
+    copies, each waited for at once.)"""
+    code = ptx("skinny_gemm_fwd_kernel_tma_sk",
+               {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 64, "PDL": True, "MMA_V2": False}, 4,
+               num_stages, op="skinny_gemm")
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d", code)) == 2 * num_stages
+    assert "wgmma.mma_async" in code
 

@@ -42,6 +42,12 @@ def dot_sk(bn=32, bk=16, programs=None):
     return cfg if programs is None else {**cfg, "_test_programs": programs}
 
 
+def tma_sk(bn=32, bk=16, programs=None, mma_v2=0, t_min=16):
+    cfg = {"kernel": "tma_sk", "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS_PER_SM": 2,
+           "num_warps": 4, "num_stages": 3, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min}
+    return cfg if programs is None else {**cfg, "_test_programs": programs}
+
+
 CASES = [
     pytest.param(1, 67, 45, gemv(), id="M1-K67-N45-bf16-gemv"),
     pytest.param(1, 67, 45, gemv(bn=8, bk=16, split=4), id="M1-K67-N45-bf16-gemv-split4"),
@@ -86,6 +92,18 @@ CASES = [
     pytest.param(5, 72, 45, tma(t_min=8, mma_v2=1), id="M5-K72-N45-bf16-tma-8-token-tile"),
     pytest.param(17, 200, 45, tma(bn=64, bk=32, split=2), id="M17-K200-N45-bf16-tma-split2"),
     pytest.param(70, 64, 33, tma(), id="M70-K64-N33-bf16-tma-token-tiles"),
+    # The TMA tiles under stream-K, one flat loop per program, 2 row tiles x 5 K steps (the last
+    # half past K): 1 slot (both tiles data-parallel in one loop, a tile boundary inside it); 3
+    # (no round, 4 steps each, one range ending inside a tile and going on in the next); 4; the
+    # default (one step per program); 3 tiles on 2 slots (a round, then the third tile shared:
+    # the loop goes from whole tiles to a segment); 64 rows in one token tile.
+    pytest.param(5, 72, 45, tma_sk(programs=1), id="M5-K72-N45-bf16-tma-sk-1"),
+    pytest.param(5, 72, 45, tma_sk(programs=3), id="M5-K72-N45-bf16-tma-sk-spans-tiles"),
+    pytest.param(3, 72, 45, tma_sk(programs=4, t_min=8, mma_v2=1),
+                 id="M3-K72-N45-bf16-tma-sk-4-8-token-tile"),
+    pytest.param(16, 72, 45, tma_sk(), id="M16-K72-N45-bf16-tma-sk-per-step"),
+    pytest.param(9, 72, 80, tma_sk(programs=2), id="M9-K72-N80-bf16-tma-sk-round-shared"),
+    pytest.param(40, 72, 45, tma_sk(programs=3), id="M40-K72-N45-bf16-tma-sk-token-tile64"),
 ]
 
 
