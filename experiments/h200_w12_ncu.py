@@ -48,6 +48,10 @@ _DOT_SK = {"kernel": "dot_sk", "BLOCK_N": 32, "BLOCK_K": 128, "PROGRAMS_PER_SM":
 _BF16_DOT = {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
              "num_stages": 4, "L2_PREFETCH": 0, "PREFETCH": 0, "MMA_V2": 0,
              "BLOCK_T_MIN": 16}
+_BF16_TMA = {"kernel": "tma", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4,
+             "num_stages": 5, "MMA_V2": 0, "BLOCK_T_MIN": 16}
+_BF16_TMA_SK = {"kernel": "tma_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 1,
+                "num_warps": 4, "num_stages": 4, "MMA_V2": 0, "BLOCK_T_MIN": 16}
 
 # label: (shape, M, op, config)
 CASES = {
@@ -75,6 +79,14 @@ CASES = {
                                 {**_DOT, "BLOCK_K": 256, "num_stages": 2, "BLOCK_T_MIN": 8}),
     "gate_up_m4_frag_2x8x8x2": ("q3_gate_up", 4, "frag", "2x8x8x2"),
     "gate_up_m4_frag_1x4x8x4": ("q3_gate_up", 4, "frag", "1x4x8x4"),
+    # the bf16 TMA tiles as a grid and under stream-K (one flat loop per program), and stream-K
+    # held to one whole tile per program (80 programs for gdn_out's 80 tiles: the grid's work)
+    "gdn_out_m32_bf16_tma": ("q3_gdn_out", 32, "bf16", _BF16_TMA),
+    "gdn_out_m32_bf16_tma_sk": ("q3_gdn_out", 32, "bf16", _BF16_TMA_SK),
+    "gdn_out_m32_bf16_tma_sk_80": ("q3_gdn_out", 32, "bf16",
+                                   {**_BF16_TMA_SK, "_test_programs": 80}),
+    "qkvg_m64_bf16_tma": ("q3_attn_qkvg", 64, "bf16", _BF16_TMA),
+    "qkvg_m64_bf16_tma_sk": ("q3_attn_qkvg", 64, "bf16", _BF16_TMA_SK),
 }
 
 
