@@ -35,6 +35,16 @@ dozens of small ones. Nsight Compute on the H200 (results/h200-2026-12-01-w12-nc
 W12 grid kernel's 1088 gate_up tiles at 1.65 waves and its SMs idle 17% of the time at M = 4-16,
 and split-K down_proj idle 33%; their tiles here are ``[token tile, BLOCK_N]``
 (:func:`store_streamk`'s ``BLOCK_M`` rows).
+
+The TMA swap-AB kernel under this schedule (``tma_sk``) streams a program's K steps as one flat
+loop, so its copies run on across tile boundaries; its partial segments are only written in the
+loop (:func:`streamk_write`) and counted after it (:func:`streamk_arrive`), since Triton leaves
+a loop that holds an atomic or a barrier unpipelined. On the H200 it lost every row it ran at
+M = 16-64, by 0.5-24% (results/h200-2026-12-03-tma-sk-probe.json). Held to one whole tile per
+program (the grid's work), the flat loop ran within 1-5% of the grid at the same stages; spread
+over all 132 SMs, the 80-tile gdn_out ran slower than on 80 of them (23.5 vs 21.7 us at M = 32;
+results/h200-2026-12-03-tma-sk-programs-probe.json, Nsight Compute 53% against 65% of DRAM peak
+in ...-tma-sk-ncu.json): what the narrow shapes lose is not the idle SMs.
 """
 
 import triton

@@ -171,6 +171,8 @@ SWEEP = [
     {"kernel": "dot_sk", "BLOCK_N": 64, "BLOCK_K": 64, "PROGRAMS_PER_SM": 5, "MAX_REGS": 0,
      "num_warps": 4, "num_stages": 4, "PDL": 0, "MMA_V2": 0,
      "BLOCK_T_MIN": 16},
+    # No tma_sk entry: the TMA tiles under stream-K lost every H200 row they ran at M = 16-64,
+    # by 0.5-24% (results/h200-2026-12-03-tma-sk-probe.json; kernels/common/streamk.py).
     # The swap-AB kernel on mma.sync instead of wgmma (kernels/common/mma.py): the winners of an
     # H200 probe over 64 x 4 and 128 x 8 tiles, K steps 64-256, 3-4 stages at M = 4-16
     # (results/h200-2026-12-02-mma-v2-probe-bf16.json).
