@@ -73,7 +73,7 @@ PARAMS = {
         "BLOCK_K": [32, 64, 128, 256],
         "SPLIT_K": [1, 2, 4, 8],
         "num_warps": [1, 2, 4, 8],
-        "num_stages": [2, 3, 4, 5, 6],
+        "num_stages": [2, 3, 4, 5, 6, 7, 8, 10],
         "MMA_V2": [0, 1],
         "BLOCK_T_MIN": [16, 8],
     },
@@ -217,6 +217,13 @@ SWEEP = [
     # The winner of an H200 probe at M = 64 over 64-256 x 4-8 tiles, K steps 64-128, 3-5 stages,
     # 1-2 splits where cuBLAS won (results/h200-2026-12-02-tma-probe-m64.json): 5 stages.
     _tma(64, 128, 1, 4, 5),
+    # Deeper pipelines, up to 220 KB of shared memory: the winners of an H200 probe over 64 x 4,
+    # 128 x 4 and 128 x 8 tiles, K steps 64 and 128, 4-10 stages on the large projections at
+    # M = 4-64 (results/h200-2026-12-03-tma-deep-probe.json): 2-5% on q3_gate_up at M = 32-64
+    # and q3_down at M = 32, level elsewhere.
+    _tma(64, 128, 1, 4, 8),
+    _tma(64, 64, 1, 4, 7),
+    _tma(64, 64, 1, 4, 10),
     # 32-row tiles (gdn_out: 160 programs for 132 SMs, not 80) and split K 2 with 5-6 stages, for
     # the two M = 64 rows where cuBLAS still won, lost every M = 32-64 row they ran, 32-row tiles
     # by 1.1-2.1x (results/h200-2026-12-02-kernels-m64-probe.json): not in the sweep.
