@@ -16,7 +16,8 @@ Run from the repo root::
 ``--tiles`` pairs ``BLOCK_N x num_warps`` (empty for ``w12f_gemm``, whose tiles are ``num_warps``
 and ``ROWS_PER_WARP``: give them as ``--grid`` axes); ``--grid NAME=v1,v2`` adds one axis;
 ``--base`` fixes the other parameters (the space's ``ADDED_DEFAULTS`` fill what is left);
-``--extra JSON`` times one more whole config beside them (a baseline of another kernel). Writes
+``--extra JSON`` times one more whole config beside them (a baseline of another kernel);
+``--cublas`` (skinny_gemm) adds a torch.matmul row per shape and M. Writes
 ``$OUT/h200_gemm_probe.json`` after every shape; ``--cpu-smoke`` runs tiny shapes through the
 Triton interpreter (no timing value).
 
@@ -43,6 +44,8 @@ import torch  # noqa: E402
 
 from specpilot.fingerprint import current  # noqa: E402
 from specpilot.kernels.common.bench import num_copies_for  # noqa: E402
+from specpilot.kernels.common.bench import time_calls  # noqa: E402
+from specpilot.kernels.common.check import check_close  # noqa: E402
 from specpilot.kernels.tuning.ops import complete_config  # noqa: E402
 from specpilot.kernels.tuning.ops import get_op  # noqa: E402
 from specpilot.kernels.tuning.study import evaluate  # noqa: E402
@@ -106,8 +109,20 @@ def compile_key(op, cfg: dict, m: int) -> str:
     return json.dumps([cfg, tile], sort_keys=True)
 
 
+def cublas_row(case, name: str, k: int, n: int, m: int, reps: int) -> dict:
+    """torch.matmul (cuBLAS) on a bf16 case's weight copies: the check, then the timing."""
+    calls = [lambda x=x, w=w: torch.matmul(x, w.T) for x, w in case.args]
+    result = check_close("cublas", calls[0](), case.exact, case.abs_sum)
+    timing = time_calls(calls, kb.DEV, reps=reps) if result.ok else None
+    return {"shape": name, "K": k, "N": n, "M": m, "config": {"kernel": "cublas"},
+            "state": "ok" if result.ok else "wrong", "detail": str(result),
+            "p50_us": timing.p50_us if timing else None,
+            "timing": timing.to_dict() if timing else None}
+
+
 def probe_shape(op, name: str, k: int, n: int, ms: list[int], configs: list[dict],
-                reps: int, registers: dict, outlier_rate: float) -> list[dict]:
+                reps: int, registers: dict, outlier_rate: float,
+                cublas: bool = False) -> list[dict]:
     """Rows for one shape; ``registers`` maps :func:`compile_key` to ``(n_regs, n_spills)`` across
     shapes, so a kernel compiled for an earlier row still reports its registers."""
     rows = []
@@ -116,6 +131,8 @@ def probe_shape(op, name: str, k: int, n: int, ms: list[int], configs: list[dict
         nbytes = n * k * (3 if op.name.startswith("w12") else 4) // 2
         copies = 2 if CPU_SMOKE else num_copies_for(nbytes)
         case = op.make_case(m, n, k, kb.DEV, 0, copies, outlier_rate=outlier_rate)
+        if cublas:  # torch.matmul on the same copies, checked and timed the same way
+            rows.append(cublas_row(case, name, k, n, m, reps))
         for cfg in configs:
             cfg = complete_config(op.space, cfg)
             try:
@@ -174,6 +191,8 @@ def main() -> int:
                         help="one more whole config as JSON, timed beside the grid (repeatable)")
     parser.add_argument("--outlier-rate", type=float, default=kb.OUTLIER_RATE,
                         help="the weights' outliers (W12 escapes); default the sweep's")
+    parser.add_argument("--cublas", action="store_true",
+                        help="skinny_gemm: also time torch.matmul at each shape and M")
     parser.add_argument("--note", default="")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes, Triton interpreter")
     args = parser.parse_args()
@@ -197,7 +216,7 @@ def main() -> int:
     for name in shapes:
         k, n = kb.SHAPES[name]
         report["rows"].extend(probe_shape(op, name, k, n, ms, configs, kb.REPS, registers,
-                                          args.outlier_rate))
+                                          args.outlier_rate, args.cublas))
         report["best"] = best_per(report["rows"])
         report["elapsed_s"] = time.time() - start
         (OUT / "h200_gemm_probe.json").write_text(json.dumps(report, indent=1, default=str))
