@@ -38,6 +38,16 @@ from specpilot.kernels.common.launch import next_pow2
 KEY = ("M_BUCKET", "N", "K")
 L2_STEPS = [0, 1, 2, 4, 8, 16, 64]  # L2_PREFETCH choices: K steps after the first
 
+# The TMA kernels' tiles (both families; each adds how it splits the work).
+_TMA_TILES = {
+    "BLOCK_N": [16, 32, 64, 128, 256],
+    "BLOCK_K": [32, 64, 128, 256],
+    "num_warps": [1, 2, 4, 8],
+    "num_stages": [2, 3, 4, 5, 6, 7, 8, 10],
+    "MMA_V2": [0, 1],
+    "BLOCK_T_MIN": [16, 8],
+}
+
 PARAMS = {
     "gemv": {
         "BLOCK_N": [4, 8, 16, 32, 64],
@@ -68,24 +78,8 @@ PARAMS = {
         "MMA_V2": [0, 1],
         "BLOCK_T_MIN": [16, 8, 4],
     },
-    "tma": {
-        "BLOCK_N": [16, 32, 64, 128, 256],
-        "BLOCK_K": [32, 64, 128, 256],
-        "SPLIT_K": [1, 2, 4, 8],
-        "num_warps": [1, 2, 4, 8],
-        "num_stages": [2, 3, 4, 5, 6, 7, 8, 10],
-        "MMA_V2": [0, 1],
-        "BLOCK_T_MIN": [16, 8],
-    },
-    "tma_sk": {
-        "BLOCK_N": [16, 32, 64, 128, 256],
-        "BLOCK_K": [32, 64, 128, 256],
-        "PROGRAMS_PER_SM": [1, 2, 3, 4],
-        "num_warps": [1, 2, 4, 8],
-        "num_stages": [2, 3, 4, 5, 6],
-        "MMA_V2": [0, 1],
-        "BLOCK_T_MIN": [16, 8],
-    },
+    "tma": {**_TMA_TILES, "SPLIT_K": [1, 2, 4, 8]},
+    "tma_sk": {**_TMA_TILES, "PROGRAMS_PER_SM": [1, 2, 3, 4]},  # the same tiles, stream-K
     "dot_sk": {
         "BLOCK_N": [32, 64, 128],
         "BLOCK_K": [32, 64, 128, 256],
