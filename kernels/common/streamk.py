@@ -38,7 +38,7 @@ and split-K down_proj idle 33%; their tiles here are ``[token tile, BLOCK_N]``
 
 The TMA swap-AB kernel under this schedule (``tma_sk``) streams a program's K steps as one flat
 loop, so its copies run on across tile boundaries; its partial segments are only written in the
-loop (:func:`streamk_write`) and counted after it (:func:`streamk_arrive`), since Triton leaves
+loop (:func:`streamk_write`) and counted after it (:func:`streamk_finish`), since Triton leaves
 a loop that holds an atomic or a barrier unpipelined. On the H200 it lost every row it ran at
 M = 16-64, by 0.5-24% (results/h200-2026-12-03-tma-sk-probe.json). Held to one whole tile per
 program (the grid's work), the flat loop ran within 1-5% of the grid at the same stages; spread
@@ -87,17 +87,15 @@ def store_streamk(y, out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, s_lo
     """Store segment ``[s_lo, s_hi)`` of ``tile``'s K steps: ``y [BLOCK_M, BLOCK_N]`` (fp32) is the
     segment's sum for rows ``offs_m`` and output columns ``offs_n`` of ``out [M, N]`` (the GEMVs:
     one row); ``first``: the segment is program ``p``'s first; program q streams units
-    ``[q * per, (q + 1) * per)``. A partial segment is written (:func:`streamk_write`) and
-    counted (:func:`streamk_arrive`), and the program that arrives last at the tile sums its
-    partials (:func:`streamk_fixup`).
+    ``[q * per, (q + 1) * per)``. A partial segment is written (:func:`streamk_write`), then
+    counted, and summed by the program that arrives last at the tile (:func:`streamk_finish`).
     """
     if (s_lo == 0) & (s_hi == steps):
         store_tile(y, out_ptr, offs_m, offs_n, M, N)
     else:
         streamk_write(y, ws_ptr, first, p, BLOCK_M, BLOCK_N)
-        if streamk_arrive(lock_ptr, tile, per, steps):
-            streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, per, steps,
-                          BLOCK_M, BLOCK_N)
+        streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, per, steps,
+                       BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -109,31 +107,24 @@ def streamk_write(y, ws_ptr, first, p, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
 
 
 @triton.jit
-def streamk_arrive(lock_ptr, tile, per, steps):
+def streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, per, steps,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Count a written partial at ``tile`` (``lock_ptr``: an int32 counter per tile, zero on entry
-    and left zero on exit by the fixup): True for the program that arrives last, which must then
-    run :func:`streamk_fixup` (every other partial of the tile is written by then)."""
+    and left zero on exit); the program that arrives last (every other partial is written by then)
+    sums the tile's partials in program order (the same bits whatever order programs finished
+    in), stores them to rows ``offs_m``, columns ``offs_n`` and resets the counter."""
     # Every thread's partial store happens before the (release) counter bump.
     tl.debug_barrier()
     q_lo = tile * steps // per
     q_hi = (tile * steps + steps - 1) // per
-    return tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel") == q_hi - q_lo
-
-
-@triton.jit
-def streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, tile, per, steps,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Sum ``tile``'s partials in program order (the same bits whatever order programs finished
-    in), store them and reset the tile's counter to 0."""
-    cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    q_lo = tile * steps // per
-    q_hi = (tile * steps + steps - 1) // per
-    total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for q in range(q_lo, q_hi + 1):
-        # The tile is q's first segment iff q's range starts inside it.
-        q_slot = tl.where(q * per >= tile * steps, 0, 1)
-        # .cg: read from L2, never a stale L1 line.
-        total += tl.load(ws_ptr + (q * 2 + q_slot) * (BLOCK_M * BLOCK_N) + cells,
-                         cache_modifier=".cg")
-    store_tile(total, out_ptr, offs_m, offs_n, M, N)
-    tl.atomic_xchg(lock_ptr + tile, 0)
+    if tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel") == q_hi - q_lo:
+        cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for q in range(q_lo, q_hi + 1):
+            # The tile is q's first segment iff q's range starts inside it.
+            q_slot = tl.where(q * per >= tile * steps, 0, 1)
+            # .cg: read from L2, never a stale L1 line.
+            total += tl.load(ws_ptr + (q * 2 + q_slot) * (BLOCK_M * BLOCK_N) + cells,
+                             cache_modifier=".cg")
+        store_tile(total, out_ptr, offs_m, offs_n, M, N)
+        tl.atomic_xchg(lock_ptr + tile, 0)

@@ -32,8 +32,7 @@ from specpilot.kernels.common.pdl import pdl_start
 from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import store_tile
-from specpilot.kernels.common.streamk import streamk_arrive
-from specpilot.kernels.common.streamk import streamk_fixup
+from specpilot.kernels.common.streamk import streamk_finish
 from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.common.streamk import streamk_write
 from specpilot.kernels.skinny_gemm import space
@@ -311,16 +310,13 @@ def skinny_gemm_fwd_kernel_tma_sk(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, 
             acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     # Counted after the loop: Triton pipelines no loop that holds a barrier or an atomic.
     if part_first >= 0:
-        if streamk_arrive(lock_ptr, part_first, per, steps):
-            streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_t,
-                          (dp_tiles + part_first) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
-                          part_first, per, steps, BLOCK_T, BLOCK_N)
+        streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_t,
+                       (dp_tiles + part_first) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
+                       part_first, per, steps, BLOCK_T, BLOCK_N)
     if part_last >= 0:
-        if streamk_arrive(lock_ptr, part_last, per, steps):
-            streamk_fixup(out_ptr, ws_ptr, lock_ptr, offs_t,
-                          (dp_tiles + part_last) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
-                          part_last, per, steps, BLOCK_T, BLOCK_N)
-
+        streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_t,
+                       (dp_tiles + part_last) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
+                       part_last, per, steps, BLOCK_T, BLOCK_N)
 
 def tma_descriptors(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int,
                     block_t: int) -> tuple[TensorDescriptor, TensorDescriptor]:
