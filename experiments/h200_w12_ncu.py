@@ -36,6 +36,7 @@ from specpilot.kernels.common.check import gemm_exact  # noqa: E402
 from specpilot.kernels.skinny_gemm.triton import skinny_gemm  # noqa: E402
 from specpilot.kernels.tuning.ops import synthetic_weight  # noqa: E402
 from specpilot.kernels.w12_gemm.triton import w12_gemm  # noqa: E402
+from specpilot.kernels.w12f_gemm.triton import w12f_gemm  # noqa: E402
 
 _GEMV = {"kernel": "gemv", "SPLIT_K": 1, "num_stages": 3, "DECODE": "prmt", "ESC_CHUNK": 4,
          "L2_PREFETCH": 0, "ESC_EARLY": 1}
@@ -48,6 +49,8 @@ _DOT_SK = {"kernel": "dot_sk", "BLOCK_N": 32, "BLOCK_K": 128, "PROGRAMS_PER_SM":
 _BF16_DOT = {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
              "num_stages": 4, "L2_PREFETCH": 0, "PREFETCH": 0, "MMA_V2": 0,
              "BLOCK_T_MIN": 16}
+_W12F = {"kernel": "mma", "SPLIT_K": 1, "DECODE": "prmt", "ESC_CHUNK": 1, "PREFETCH": 1,
+         "num_stages": 1, "MMA_V2": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0}
 _BF16_TMA = {"kernel": "tma", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4,
              "num_stages": 5, "MMA_V2": 0, "BLOCK_T_MIN": 16}
 _BF16_TMA_SK = {"kernel": "tma_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 1,
@@ -87,6 +90,24 @@ CASES = {
                                    {**_BF16_TMA_SK, "_test_programs": 80}),
     "qkvg_m64_bf16_tma": ("q3_attn_qkvg", 64, "bf16", _BF16_TMA),
     "qkvg_m64_bf16_tma_sk": ("q3_attn_qkvg", 64, "bf16", _BF16_TMA_SK),
+    # the fragment-order W12 GEMM's winners of results/h200-2026-12-03-kernels-split8.json at
+    # M = 8 and 16 (where M = 16 costs 10-15% more than M = 8 on the same bytes), and the bf16
+    # winners of the same rows
+    "qkvg_m8_w12f": ("q3_attn_qkvg", 8, "w12f", {**_W12F, "BLOCK_K": 256, "num_warps": 1,
+                                                  "BLOCK_T": 8, "CHAINS": 2}),
+    "qkvg_m16_w12f": ("q3_attn_qkvg", 16, "w12f", {**_W12F, "BLOCK_K": 256, "num_warps": 2,
+                                                    "BLOCK_T": 16, "CHAINS": 2}),
+    "gate_up_m8_w12f": ("q3_gate_up", 8, "w12f", {**_W12F, "BLOCK_K": 64, "num_warps": 2,
+                                                   "BLOCK_T": 8}),
+    "gate_up_m16_w12f": ("q3_gate_up", 16, "w12f", {**_W12F, "BLOCK_K": 128, "SPLIT_K": 2,
+                                                     "num_warps": 4, "BLOCK_T": 16,
+                                                     "MMA_V2": 1}),
+    "gdn_out_m8_w12f": ("q3_gdn_out", 8, "w12f", {**_W12F, "BLOCK_K": 128, "SPLIT_K": 8,
+                                                   "num_warps": 1, "BLOCK_T": 8, "CHAINS": 2}),
+    "qkvg_m8_bf16_dot": ("q3_attn_qkvg", 8, "bf16", {**_BF16_DOT, "SPLIT_K": 1,
+                                                      "BLOCK_T_MIN": 8}),
+    "gate_up_m16_bf16_best": ("q3_gate_up", 16, "bf16", {**_BF16_DOT, "BLOCK_K": 64, "SPLIT_K": 1,
+                                                         "num_stages": 3, "MMA_V2": 1}),
 }
 
 
@@ -101,6 +122,10 @@ def run_case(label: str, order: int) -> tuple:
         packed = w12.pack(w)
         del w
         launch = lambda: w12_gemm(x, packed, config=config)  # noqa: E731
+    elif op == "w12f":
+        packed = w12.pack(w, order="frag")
+        del w
+        launch = lambda: w12f_gemm(x, packed, config=config)  # noqa: E731
     elif op == "frag":
         import h200_w12_frag as frag
 
