@@ -367,7 +367,6 @@ PTX_ONLY = {
     "DECODE": (lambda c: c.startswith("prmt"), "DECODE='prmt...' is inline PTX"),
     "PDL": (bool, "PDL=1 is a programmatic dependent launch (griddepcontrol PTX)"),
     "L2_PREFETCH": (bool, "L2_PREFETCH > 0 is inline PTX (cp.async.bulk.prefetch)"),
-    "L2_AHEAD": (bool, "L2_AHEAD > 0 is inline PTX (cp.async.bulk.prefetch)"),
 }
 
 

@@ -15,8 +15,7 @@ same bits either way). ``CHAINS`` (mma): independent accumulators per K step, so
 are that many dependency chains instead of one (1; 2: the low and high halves apart; 4: also the
 step's two halves of chunks). ``ESC_EARLY`` (mma): 1 fetches each row's first ``ESC_CHUNK``
 escapes before the PDL wait and their x values right after it, so the epilogue walks only rows with
-more (the epilogue's walk costs two dependent loads per chunk). ``L2_AHEAD`` (mma; 0: off, GPU
-only): each K step also requests the planes of the step that many ahead into L2.
+more (the epilogue's walk costs two dependent loads per chunk).
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -52,12 +51,10 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1],
-            "L2_AHEAD": [0, 1, 2, 4]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
-ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0,
-                          "L2_AHEAD": 0},
+ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0},
                   "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
@@ -128,7 +125,7 @@ def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int =
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
-            "ESC_EARLY": esc_early, "L2_AHEAD": 0}
+            "ESC_EARLY": esc_early}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",

@@ -66,7 +66,6 @@ from specpilot.kernels.common.launch import workspace
 from specpilot.kernels.common.mma import mma_v2_compile
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
-from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.w12.format import FRAG_PAIRS
 from specpilot.kernels.w12.format import FRAG_ROWS
 from specpilot.kernels.w12.format import W12Tensor
@@ -90,18 +89,6 @@ def tile_offsets(pid_n, RB, KB, W: tl.constexpr, FC: tl.constexpr):
     i = tl.arange(0, W * FC * 512)
     row_block = tl.minimum(pid_n * W + (i // 512) % W, RB - 1)
     return (row_block.to(tl.int64) * KB + i // (W * 512)) * 1536 + i % 512
-
-
-@triton.jit
-def prefetch_steps(planes_ptr, pid_n, RB, KB, s0, s1, W: tl.constexpr, FC: tl.constexpr):
-    """Ask for K steps ``[s0, s1)`` of the program's ``W`` row blocks in L2 (:func:`prefetch_l2`:
-    one bulk prefetch per row block, whose steps are one contiguous run; nothing when empty)."""
-    n = s1 - s0
-    if n > 0:
-        for w in tl.static_range(W):
-            row_block = tl.minimum(pid_n * W + w, RB - 1)
-            prefetch_l2(planes_ptr + (row_block.to(tl.int64) * KB + s0 * FC) * 1536,
-                        n * (FC * 1536))
 
 
 @triton.jit
@@ -221,8 +208,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
                         ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, CHAINS: tl.constexpr,
-                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr,
-                        L2_AHEAD: tl.constexpr):
+                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
     per row: the launcher checks; no split is empty), summed in ``CHAINS`` independent accumulators
@@ -235,10 +221,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     ``ESC_CHUNK`` escapes load before the PDL wait and their x values right after it, in the
     same straight-line block as the first K step (with ``PREFETCH``), so the epilogue waits on
     memory only for rows with more escapes than that; without it the epilogue walks them all,
-    two dependent loads per escape. ``L2_AHEAD`` > 0: K step ``s + L2_AHEAD``'s planes are
-    requested into L2 as step ``s`` starts (:func:`prefetch_steps`; the first ``L2_AHEAD``
-    before the PDL wait), so each step's loads wait on L2 rather than HBM and HBM holds more
-    requests than the warps' registers do; the loads themselves are unchanged, so are the bits."""
+    two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -252,9 +235,6 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
     if PREFETCH:
         early = load_planes(tiles + s_lo * (FC * 1536))
-    if L2_AHEAD > 0:  # the steps the loop's first iterations load; each later one ahead there
-        prefetch_steps(planes_ptr, pid_n, RB, KB, s_lo + PREFETCH,
-                       tl.minimum(s_lo + PREFETCH + L2_AHEAD, s_hi), W, FC)
     if ESC_EARLY:
         esc_col, esc_delta = escape_slots(row_ptr, esc_col_ptr, esc_delta_ptr, offs_n,
                                           (offs_n < N) & (pid_k == 0), ESC_CHUNK)
@@ -271,9 +251,6 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                                           x_cols, t_mask, s_lo, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32, early)
     for s in range(s_lo + PREFETCH, s_hi):
-        if L2_AHEAD > 0:
-            prefetch_steps(planes_ptr, pid_n, RB, KB, s + L2_AHEAD,
-                           tl.minimum(s + L2_AHEAD + 1, s_hi), W, FC)
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
                                           x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32)
@@ -379,7 +356,6 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
         with mma_v2_compile(cfg["MMA_V2"]):
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
                                       CHAINS=cfg["CHAINS"], ESC_EARLY=bool(cfg["ESC_EARLY"]),
-                                      L2_AHEAD=cfg["L2_AHEAD"],
                                       MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)

@@ -229,13 +229,12 @@ ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr":
         "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
-mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": False, "L2_AHEAD": 0}
+mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": False}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                             ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
                             ("mma-32-rows", ft.w12f_fwd_kernel_mma, {**mma, "W": 4}),
                             ("mma-esc-early", ft.w12f_fwd_kernel_mma,
                              {**mma, "ESC_EARLY": True, "ESC_CHUNK": 4}),
-                            ("mma-l2-ahead", ft.w12f_fwd_kernel_mma, {**mma, "L2_AHEAD": 2}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
@@ -248,9 +247,7 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
             "converts_to_a": len(to_a),
             "plane_loads": sum(1 for i in body if "LDG.E.EF.128" in i),
             "ops": collections.Counter(opcode(i) for i in body),
-            "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before),
-            "l2_prefetches": c.asm["ptx"].count("cp.async.bulk.prefetch.L2"),
-            "l2_prefetches_before_wait": before.count("cp.async.bulk.prefetch.L2")}
+            "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before)}
 print(json.dumps(out))
 """
 
@@ -297,10 +294,4 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     assert got["mma-esc-early"]["plane_loads"] == 12 and esc_ops["HMMA"] == mma_ops["HMMA"]
     assert sum(esc_ops.values()) <= 1.1 * sum(mma_ops.values())
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
-    # L2_AHEAD: one bulk L2 prefetch per row block before the PDL wait and one per row block per
-    # K step, and the same plane loads and MMAs; none without it
-    ahead = got["mma-l2-ahead"]
-    assert ahead["l2_prefetches"] == 4 and ahead["l2_prefetches_before_wait"] == 2, ahead
-    assert ahead["plane_loads"] == 12 and ahead["ops"]["HMMA"] == mma_ops["HMMA"]
-    assert got["mma"]["l2_prefetches"] == 0
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
