@@ -21,14 +21,15 @@ SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (th
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
 results/h200-2026-12-02-w12-frag-*.json, then re-measured on this op in ...-kernels-frag.json): one
 stage everywhere (three stages lost to it by up to 6% on the wide shapes,
-results/h200-2026-12-02-w12-frag-one-stage.json), 2 warps x 64 pairs or 4 warps x 128 pairs on the
-wide projections (gate_up, lm_head), 1-2 warps x 256 pairs on the attention and GDN input
-projections, and 4-way split K with 128-pair steps on the narrow ones (down_proj, out_proj: N =
-5120 leaves too few row tiles). Two choices stay out of SWEEP, measured on its weights at the
-M = 8 and 16 winners' tiles: 32 rows per warp (162-255 registers; no row beat the 16-row winners,
-results/h200-2026-12-03-w12f-rows-per-warp-probe.json) and ``ESC_EARLY`` (0.95-1.11x the best late
-config per row, within the spread of back-to-back configs: ...-w12f-esc-early-probe.json); the
-tuner may still pick either per shape.
+results/h200-2026-12-02-w12-frag-one-stage.json; on this op two or three stages were 1.3-14% slower
+on all 12 rows tried at M = 8 and 16, ...-2026-12-03-w12f-stages-probe.json), 2 warps x 64 pairs or
+4 warps x 128 pairs on the wide projections (gate_up, lm_head), 1-2 warps x 256 pairs on the
+attention and GDN input projections, and 4- or 8-way split K with 128- or 256-pair steps on the
+narrow ones (down_proj, out_proj: N = 5120 leaves too few row tiles). Two choices stay out of
+SWEEP, measured on its weights at the M = 8 and 16 winners' tiles: 32 rows per warp (162-255
+registers; no row beat the 16-row winners, results/h200-2026-12-03-w12f-rows-per-warp-probe.json)
+and ``ESC_EARLY`` (0.95-1.11x the best late config per row, within the spread of back-to-back
+configs: ...-w12f-esc-early-probe.json); the tuner may still pick either per shape.
 """
 
 import itertools
@@ -157,6 +158,10 @@ SWEEP = [
     # 16-token tiles split 8 ways on the narrow projections: mg_down M = 16 55.2 us, gdn_out 19.6,
     # against 59.4 and 20.8 split 4 (results/h200-2026-12-03-w12f-max-regs-probe.json)
     _mma(2, 128, 16, 8, prefetch=1),
+    # 2-warp 256-pair steps split 8 ways: q3_down M = 8 36.5 us and M = 16 42.0 against 38.9 and
+    # 43.9 for the sweep's best tiles in the same run, mg_down level (51.7 vs 51.8)
+    # (results/h200-2026-12-03-w12f-stages-probe.json, one stage)
+    _mma(2, 256, 8, 8, prefetch=1), _mma(2, 256, 16, 8, prefetch=1),
     # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
 ]
