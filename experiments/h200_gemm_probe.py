@@ -22,8 +22,10 @@ and ``ROWS_PER_WARP``: give them as ``--grid`` axes); ``--grid NAME=v1,v2`` adds
 Triton interpreter (no timing value).
 
 The weights are the sweep's (outlier rate ``kernels_h200.OUTLIER_RATE``, about 2.75e-4 escapes)
-unless ``--outlier-rate`` says otherwise. Records before 2026-12-02 19:00 used the tuner's
-(1e-3, about 1e-3 escapes): the W12 escape epilogue weighs more there, so compare within a file.
+unless ``--outlier-rate`` says otherwise (``none``: weights with no W12 escape at all,
+``tuning.ops.synthetic_weight``, to time the GEMM without its escape work). Records before
+2026-12-02 19:00 used the tuner's (1e-3, about 1e-3 escapes): the W12 escape epilogue weighs more
+there, so compare within a file.
 """
 
 import argparse
@@ -189,8 +191,10 @@ def main() -> int:
     parser.add_argument("--base", default="kernel=dot", help="NAME=v,... fixed for every config")
     parser.add_argument("--extra", action="append", default=[],
                         help="one more whole config as JSON, timed beside the grid (repeatable)")
-    parser.add_argument("--outlier-rate", type=float, default=kb.OUTLIER_RATE,
-                        help="the weights' outliers (W12 escapes); default the sweep's")
+    parser.add_argument("--outlier-rate", type=lambda v: None if v == "none" else float(v),
+                        default=kb.OUTLIER_RATE,
+                        help="the weights' outliers (W12 escapes); default the sweep's; "
+                             "none: no escape")
     parser.add_argument("--cublas", action="store_true",
                         help="skinny_gemm: also time torch.matmul at each shape and M")
     parser.add_argument("--note", default="")

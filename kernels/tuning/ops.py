@@ -75,12 +75,18 @@ class TunableOp:
 
 
 def synthetic_weight(n: int, k: int, device: torch.device, seed: int,
-                     outlier_rate: float = 1e-3) -> torch.Tensor:
+                     outlier_rate: float | None = 1e-3) -> torch.Tensor:
     """N(0, 0.02) bf16 ``[N, K]`` with a sprinkle of exact zeros, tiny values and large outliers,
-    so
-    W12 escapes (and any bug in applying them) change the output visibly."""
+    so W12 escapes (and any bug in applying them) change the output visibly. ``outlier_rate``
+    None: no W12 escape at all (no sprinkle, and every magnitude raised to at least 2^-15 of the
+    largest, so all exponents share one 16-wide window), for timing a W12 GEMM without its
+    escape work."""
     gen = torch.Generator(device=device).manual_seed(seed)
     w = torch.randn((n, k), generator=gen, device=device) * 0.02
+    if outlier_rate is None:
+        top = torch.frexp(w.abs().max().to(torch.bfloat16).float()).exponent - 1  # 2^top <= max
+        floor = torch.ldexp(torch.ones((), device=device), top - 15)
+        return ((w.sign() + (w == 0)) * torch.maximum(w.abs(), floor)).to(torch.bfloat16)
     num = max(3, int(n * k * outlier_rate))
     idx = torch.randint(0, n * k, (num,), generator=gen, device=device)
     flat = w.view(-1)
@@ -96,7 +102,7 @@ def _x(m: int, k: int, device: torch.device, seed: int) -> torch.Tensor:
 
 
 def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
-                 num_copies: int = 1, outlier_rate: float = 1e-3) -> Case:
+                 num_copies: int = 1, outlier_rate: float | None = 1e-3) -> Case:
     w = synthetic_weight(n, k, device, seed, outlier_rate)
     x = _x(m, k, device, seed)
     exact, abs_sum = gemm_exact(x, w)
@@ -105,7 +111,8 @@ def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
 
 
 def _w12_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
-              num_copies: int = 1, order: str = "rows", outlier_rate: float = 1e-3) -> Case:
+              num_copies: int = 1, order: str = "rows",
+              outlier_rate: float | None = 1e-3) -> Case:
     from specpilot.kernels import w12
 
     w = synthetic_weight(n, k, device, seed, outlier_rate)
