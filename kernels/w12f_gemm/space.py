@@ -15,7 +15,9 @@ same bits either way). ``CHAINS`` (mma): independent accumulators per K step, so
 are that many dependency chains instead of one (1; 2: the low and high halves apart; 4: also the
 step's two halves of chunks). ``ESC_EARLY`` (mma): 1 fetches each row's first ``ESC_CHUNK``
 escapes before the PDL wait and their x values right after it, so the epilogue walks only rows with
-more (the epilogue's walk costs two dependent loads per chunk).
+more (the epilogue's walk costs two dependent loads per chunk); 2 fetches the same escapes before
+the wait but gathers their x values after the K loop: one round of loads in the epilogue instead
+of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue.
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -52,7 +54,7 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2]},
     "gemv": {**_COMMON, "num_stages": [1]},
 }
 ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0},

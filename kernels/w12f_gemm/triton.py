@@ -113,12 +113,16 @@ def load_planes(p):
 @triton.jit
 def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K: tl.constexpr,
-               ESC_CHUNK: tl.constexpr, early=None):
+               ESC_CHUNK: tl.constexpr, early=None, rows=None):
     """``y [tokens, rows]`` (fp32 sums of the scaled decode): scale, the rows' escapes (split 0
     only; ``early``: the sum of each row's first ``ESC_CHUNK`` escapes, :func:`early_escapes`, so
-    only the rest are walked here), store (split K: :func:`store_splitk`)."""
+    only the rest are walked here; ``rows``: their ``(start, count)`` as :func:`escape_slots`
+    loaded them, else loaded here), store (split K: :func:`store_splitk`)."""
     y = y * scale
-    start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
+    if rows is None:
+        start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
+    else:
+        start, count = rows
     first = 0
     if early is not None:
         y += early
@@ -130,15 +134,16 @@ def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, 
 
 @triton.jit
 def escape_slots(row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, mask, ESC_CHUNK: tl.constexpr):
-    """``(col, delta)`` ``[rows, ESC_CHUNK]``: the first ``ESC_CHUNK`` escapes of rows ``offs_n``
-    (column 0 and delta 0 past a row's count, or where ``mask`` is false). Weight data only, so
-    loaded before the PDL wait."""
+    """``(col, delta, start, count)``: ``[rows, ESC_CHUNK]``, the first ``ESC_CHUNK`` escapes of
+    rows ``offs_n`` (column 0 and delta 0 past a row's count, or where ``mask`` is false), and
+    the rows' escape ranges (:func:`escape_rows`). Weight data only, so loaded before the PDL
+    wait."""
     start, count = escape_rows(row_ptr, offs_n, mask)
     slot = tl.arange(0, ESC_CHUNK)[None, :]
     has = slot < count[:, None]
     col = tl.load(esc_col_ptr + start[:, None] + slot, mask=has, other=0)
     delta = tl.load(esc_delta_ptr + start[:, None] + slot, mask=has, other=0.0)
-    return col, delta
+    return col, delta, start, count
 
 
 @triton.jit
@@ -220,8 +225,11 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     (:mod:`specpilot.kernels.common.mma` picks the instruction). ``ESC_EARLY``: each row's first
     ``ESC_CHUNK`` escapes load before the PDL wait and their x values right after it, in the
     same straight-line block as the first K step (with ``PREFETCH``), so the epilogue waits on
-    memory only for rows with more escapes than that; without it the epilogue walks them all,
-    two dependent loads per escape."""
+    memory only for rows with more escapes than that; ``ESC_EARLY`` 2: the same escapes fetched
+    before the wait, their x values gathered after the K loop instead (one round of loads in the
+    epilogue, none in the prologue, where the first K step's planes and x tile hold the most
+    registers); without it the epilogue loads the rows' escape ranges and walks them all, two
+    dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -235,12 +243,14 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
     if PREFETCH:
         early = load_planes(tiles + s_lo * (FC * 1536))
-    if ESC_EARLY:
-        esc_col, esc_delta = escape_slots(row_ptr, esc_col_ptr, esc_delta_ptr, offs_n,
-                                          (offs_n < N) & (pid_k == 0), ESC_CHUNK)
+    rows = None
+    if ESC_EARLY > 0:
+        esc_col, esc_delta, esc_start, esc_count = escape_slots(
+            row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
+        rows = (esc_start, esc_count)
     pdl_start(PDL)
     esc = None
-    if ESC_EARLY:
+    if ESC_EARLY == 1:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     acc0 = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
     acc1 = acc0
@@ -258,9 +268,11 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         acc0 += acc1
     if CHAINS == 4:
         acc0 += acc2 + acc3
+    if ESC_EARLY == 2:
+        esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
-               pid_k, SPLIT_K, ESC_CHUNK, esc)
+               pid_k, SPLIT_K, ESC_CHUNK, esc, rows)
 
 
 @triton.jit
@@ -355,7 +367,7 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     else:
         with mma_v2_compile(cfg["MMA_V2"]):
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
-                                      CHAINS=cfg["CHAINS"], ESC_EARLY=bool(cfg["ESC_EARLY"]),
+                                      CHAINS=cfg["CHAINS"], ESC_EARLY=cfg["ESC_EARLY"],
                                       MMA_V2=bool(cfg["MMA_V2"]), **meta)
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)

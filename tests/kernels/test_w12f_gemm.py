@@ -112,7 +112,29 @@ CASES = [
                  id="mma-early-escapes-chunk8"),
     pytest.param(9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8),
                  id="mma-early-escapes-most-rows-all-early"),
+    # escapes fetched early, their x gathered after the K loop
+    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=2),
+                 id="mma-late-gathers-chunk1"),
+    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=2, esc_chunk=2),
+                 id="mma-late-gathers-split4"),
+    pytest.param(9, 130, 40, mma(warps=2, bk=32, chains=2, esc_early=2, esc_chunk=8),
+                 id="mma-late-gathers-chunk8"),
 ]
+
+
+@pytest.mark.parametrize("m, k, n, config", [
+    (17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=1)),
+    (5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=1, esc_chunk=2)),
+    (9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8))])
+def test_late_gathers_give_the_early_bits(m, k, n, config):
+    """``ESC_EARLY`` 2 only moves the early escapes' x gathers from after the PDL wait to after
+    the K loop: the same sums added in the same order, so the same bits as ``ESC_EARLY`` 1."""
+    torch.manual_seed(2)
+    packed = w12.pack(synthetic_weight(n, k, torch.device("cpu"), 4, outlier_rate=2e-2),
+                      order="frag")
+    x = torch.randn(m, k).to(torch.bfloat16)
+    assert torch.equal(w12f_gemm.linear(x, packed, config),
+                       w12f_gemm.linear(x, packed, {**config, "ESC_EARLY": 2}))
 
 
 @pytest.mark.parametrize("m, k, n, config", [
@@ -246,12 +268,14 @@ ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr":
         "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
-mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": False}
+mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": 0}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                             ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
                             ("mma-32-rows", ft.w12f_fwd_kernel_mma, {**mma, "W": 4}),
                             ("mma-esc-early", ft.w12f_fwd_kernel_mma,
-                             {**mma, "ESC_EARLY": True, "ESC_CHUNK": 4}),
+                             {**mma, "ESC_EARLY": 1, "ESC_CHUNK": 4}),
+                            ("mma-late-gathers", ft.w12f_fwd_kernel_mma,
+                             {**mma, "ESC_EARLY": 2, "ESC_CHUNK": 4}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
@@ -264,7 +288,11 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
             "converts_to_a": len(to_a),
             "plane_loads": sum(1 for i in body if "LDG.E.EF.128" in i),
             "ops": collections.Counter(opcode(i) for i in body),
-            "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before)}
+            "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before),
+            "x_gather_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
+                               if re.search(r"ld\\.global[\\w.:]*\\.b16", ln)],
+            "mma_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
+                          if "mma.sync" in ln]}
 print(json.dumps(out))
 """
 
@@ -278,7 +306,7 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     the first sub-step's 6) come before the PDL wait, and the K loop is the same; without it
     nothing is read before the wait. Two row blocks per warp double the planes and MMAs per warp
     with no conversion and no more x tile stores. Early escapes read only weight data before the
-    wait."""
+    wait; with late gathers (``ESC_EARLY`` 2) their x values are read after the K loop."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
@@ -310,5 +338,12 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     esc_ops = collections.Counter(got["mma-esc-early"]["ops"])
     assert got["mma-esc-early"]["plane_loads"] == 12 and esc_ops["HMMA"] == mma_ops["HMMA"]
     assert sum(esc_ops.values()) <= 1.1 * sum(mma_ops.values())
+    # late gathers (ESC_EARLY 2): the same weight-side loads before the wait, and every x gather
+    # after the K loop's last MMA (early: the first one before the loop's first MMA)
+    late = got["mma-late-gathers"]
+    assert late["loads_before_wait"] == got["mma-esc-early"]["loads_before_wait"]
+    assert late["x_gather_lines"] and min(late["x_gather_lines"]) > max(late["mma_lines"])
+    assert min(got["mma-esc-early"]["x_gather_lines"]) < min(got["mma-esc-early"]["mma_lines"])
+    assert late["plane_loads"] == 12 and late["ops"]["HMMA"] == mma_ops["HMMA"]
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
