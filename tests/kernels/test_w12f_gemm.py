@@ -81,6 +81,13 @@ def test_frag_state_never_reads_as_rows_order():
         w12_unpack(packed)
 
 
+EARLY_ESCAPES = [  # (M, K, N, config with ESC_EARLY 1, id)
+    (17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=1), "chunk1"),
+    (5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=1, esc_chunk=2), "split4"),
+    (3, 999, 70, mma(warps=2, bk=32, chains=2, esc_early=1, esc_chunk=8), "chunk8"),
+    (9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8), "most-rows-all-early"),
+]
+
 CASES = [
     pytest.param(1, 399, 70, gemv(), id="gemv-oddK-rows-past-N"),
     pytest.param(1, 1030, 33, gemv(warps=1, split=4), id="gemv-split4-short-last"),
@@ -103,52 +110,31 @@ CASES = [
                  id="mma-32-rows-per-warp-rows-past-N"),
     pytest.param(5, 1090, 70, mma(warps=2, bk=64, split=4, prefetch=1, chains=2, rows=32),
                  id="mma-32-rows-per-warp-split4"),
-    # early escapes: chunks of 1 (most rows have more: the epilogue walks the rest), 2 and 8
-    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=1),
-                 id="mma-early-escapes-chunk1"),
-    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=1, esc_chunk=2),
-                 id="mma-early-escapes-split4"),
-    pytest.param(3, 999, 70, mma(warps=2, bk=32, chains=2, esc_early=1, esc_chunk=8),
-                 id="mma-early-escapes-chunk8"),
-    pytest.param(9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8),
-                 id="mma-early-escapes-most-rows-all-early"),
-    # escapes fetched early, their x gathered after the K loop
-    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=2),
-                 id="mma-late-gathers-chunk1"),
-    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=2, esc_chunk=2),
-                 id="mma-late-gathers-split4"),
-    pytest.param(9, 130, 40, mma(warps=2, bk=32, chains=2, esc_early=2, esc_chunk=8),
-                 id="mma-late-gathers-chunk8"),
+    # early escapes (ESC_EARLY 1): chunks of 1 (most rows have more: the epilogue walks the
+    # rest), 2 and 8; and each with late gathers (ESC_EARLY 2: their x read after the K loop)
+    *[pytest.param(m, k, n, {**config, "ESC_EARLY": early}, id=f"mma-esc-early-{early}-{name}")
+      for m, k, n, config, name in EARLY_ESCAPES for early in (1, 2)],
 ]
 
 
-@pytest.mark.parametrize("m, k, n, config", [
-    (17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=1)),
-    (5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=1, esc_chunk=2)),
-    (9, 130, 40, mma(warps=2, bk=32, esc_early=1, esc_chunk=8))])
-def test_late_gathers_give_the_early_bits(m, k, n, config):
-    """``ESC_EARLY`` 2 only moves the early escapes' x gathers from after the PDL wait to after
-    the K loop: the same sums added in the same order, so the same bits as ``ESC_EARLY`` 1."""
-    torch.manual_seed(2)
-    packed = w12.pack(synthetic_weight(n, k, torch.device("cpu"), 4, outlier_rate=2e-2),
-                      order="frag")
-    x = torch.randn(m, k).to(torch.bfloat16)
-    assert torch.equal(w12f_gemm.linear(x, packed, config),
-                       w12f_gemm.linear(x, packed, {**config, "ESC_EARLY": 2}))
-
-
-@pytest.mark.parametrize("m, k, n, config", [
-    (1, 1030, 33, gemv(warps=1, split=4)), (5, 1030, 33, mma(warps=1, split=4)),
-    (17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1))])
-def test_prefetch_gives_the_same_bits(m, k, n, config):
-    """``PREFETCH`` only moves the first K step's plane loads before the PDL wait: the same
-    products in the same order, so the same bits as without it."""
+@pytest.mark.parametrize("m, k, n, config, change", [
+    pytest.param(1, 1030, 33, gemv(warps=1, split=4), {"PREFETCH": 1}, id="prefetch-gemv"),
+    pytest.param(5, 1030, 33, mma(warps=1, split=4), {"PREFETCH": 1}, id="prefetch-mma"),
+    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1), {"PREFETCH": 1},
+                 id="prefetch-mma-16"),
+    *[pytest.param(*case[:4], {"ESC_EARLY": 2}, id=f"late-gathers-{case[4]}")
+      for case in EARLY_ESCAPES]])
+def test_moving_loads_gives_the_same_bits(m, k, n, config, change):
+    """Choices that only move loads give the bits of the config without them: ``PREFETCH``
+    loads the first K step's planes before the PDL wait, ``ESC_EARLY`` 2 gathers the early
+    escapes' x after the K loop instead of after the wait (against ``ESC_EARLY`` 1); the same
+    products and sums in the same order."""
     torch.manual_seed(1)
     packed = w12.pack(synthetic_weight(n, k, torch.device("cpu"), 2, outlier_rate=2e-2),
                       order="frag")
     x = torch.randn(m, k).to(torch.bfloat16)
     assert torch.equal(w12f_gemm.linear(x, packed, config),
-                       w12f_gemm.linear(x, packed, {**config, "PREFETCH": 1}))
+                       w12f_gemm.linear(x, packed, {**config, **change}))
 
 
 @pytest.mark.parametrize("m, k, n, config", CASES)
