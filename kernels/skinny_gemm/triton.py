@@ -309,14 +309,13 @@ def skinny_gemm_fwd_kernel_tma_sk(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, 
                 part_last = tl.where(first, part_last, t)
             acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     # Counted after the loop: Triton pipelines no loop that holds a barrier or an atomic.
-    if part_first >= 0:
-        streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_t,
-                       (dp_tiles + part_first) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
-                       part_first, per, steps, BLOCK_T, BLOCK_N)
-    if part_last >= 0:
-        streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_t,
-                       (dp_tiles + part_last) * BLOCK_N + tl.arange(0, BLOCK_N), M, N,
-                       part_last, per, steps, BLOCK_T, BLOCK_N)
+    for j in tl.static_range(2):  # the partial segment the range starts in, then ends in
+        part = part_first if j == 0 else part_last
+        if part >= 0:
+            streamk_finish(out_ptr, ws_ptr, lock_ptr, offs_t,
+                           (dp_tiles + part) * BLOCK_N + tl.arange(0, BLOCK_N), M, N, part, per,
+                           steps, BLOCK_T, BLOCK_N)
+
 
 def tma_descriptors(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int,
                     block_t: int) -> tuple[TensorDescriptor, TensorDescriptor]:
