@@ -13,7 +13,9 @@ Run from the repo root::
         --tiles 16x1,32x2,64x4 --grid BLOCK_K=32,64,128 --grid num_stages=3,5 \\
         --base kernel=dot,DECODE=prmt,SPLIT_K=1
 
-``--tiles`` pairs ``BLOCK_N x num_warps`` (empty for ``w12f_gemm``, whose tiles are ``num_warps``
+``--shapes`` takes the sweep's names or ``KxN`` (e.g. ``2560x14336``: a projection of K inputs
+and N outputs, to fit time = fixed cost + bytes / rate over K at one N). ``--tiles`` pairs
+``BLOCK_N x num_warps`` (empty for ``w12f_gemm``, whose tiles are ``num_warps``
 and ``ROWS_PER_WARP``: give them as ``--grid`` axes); ``--grid NAME=v1,v2`` adds one axis;
 ``--base`` fixes the other parameters (the space's ``ADDED_DEFAULTS`` fill what is left);
 ``--extra JSON`` times one more whole config beside them (a baseline of another kernel);
@@ -61,6 +63,18 @@ def parse_value(text: str):
         return int(text)
     except ValueError:
         return text
+
+
+def shape_dims(name: str) -> tuple[int, int]:
+    """``(K, N)`` of a sweep shape name or of ``"KxN"``."""
+    if name in kb.SHAPES:
+        return kb.SHAPES[name]
+    try:
+        k, n = (int(v) for v in name.split("x"))
+    except ValueError:
+        known = ", ".join(sorted(kb.SHAPES))
+        raise SystemExit(f"unknown shape {name!r}: give one of {known} or KxN") from None
+    return k, n
 
 
 def grid_configs(base: dict, tiles: list[tuple[int, int]], axes: dict[str, list]) -> list[dict]:
@@ -184,7 +198,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", choices=("skinny_gemm", "w12_gemm", "w12f_gemm"),
                         default="w12_gemm")
-    parser.add_argument("--shapes", default="q3_gate_up")
+    parser.add_argument("--shapes", default=None,
+                        help="sweep names or KxN (default q3_gate_up; tiny ones with --cpu-smoke)")
     parser.add_argument("--m", default="16")
     parser.add_argument("--tiles", default="32x2", help="BLOCK_N x num_warps pairs")
     parser.add_argument("--grid", action="append", default=[], help="NAME=v1,v2 (repeatable)")
@@ -209,7 +224,8 @@ def main() -> int:
             for g in args.grid}
     configs = grid_configs(base, tiles, axes) + [json.loads(c) for c in args.extra]
     op = get_op(args.op)
-    shapes = list(kb.SHAPES) if CPU_SMOKE else args.shapes.split(",")
+    default_shapes = ",".join(kb.SHAPES) if CPU_SMOKE else "q3_gate_up"
+    shapes = (args.shapes or default_shapes).split(",")
     ms = [int(v) for v in args.m.split(",")]
     report = {"fingerprint": current(str(kb.DEV)).to_dict(), "note": args.note, "op": args.op,
               "outlier_rate": args.outlier_rate,
@@ -218,7 +234,7 @@ def main() -> int:
     start = time.time()
     registers = {}
     for name in shapes:
-        k, n = kb.SHAPES[name]
+        k, n = shape_dims(name)
         report["rows"].extend(probe_shape(op, name, k, n, ms, configs, kb.REPS, registers,
                                           args.outlier_rate, args.cublas))
         report["best"] = best_per(report["rows"])

@@ -59,10 +59,10 @@ def test_gemm_probe_cpu_smoke(tmp_path):
 
 def test_gemm_probe_takes_the_fragment_order_op_without_tiles(tmp_path):
     """``--op w12f_gemm`` with no ``--tiles``: the tile is ``num_warps`` x ``ROWS_PER_WARP``, given
-    as grid axes, and every combination runs and passes the check."""
+    as grid axes, and every combination runs and passes the check; a ``KxN`` shape is a shape."""
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "experiments/h200_gemm_probe.py", "--cpu-smoke",
-                           "--op", "w12f_gemm", "--m", "5", "--tiles", "",
+                           "--op", "w12f_gemm", "--m", "5", "--tiles", "", "--shapes", "72x40",
                            "--grid", "num_warps=1,2", "--grid", "ROWS_PER_WARP=16,32", "--base",
                            "kernel=mma,DECODE=int,BLOCK_K=32,SPLIT_K=1,BLOCK_T=8,ESC_CHUNK=1,"
                            "MMA_V2=0,num_stages=1"],
@@ -70,6 +70,7 @@ def test_gemm_probe_takes_the_fragment_order_op_without_tiles(tmp_path):
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((tmp_path / "h200_gemm_probe.json").read_text())["rows"]
-    assert len(rows) == 2 * 4 and all(r["state"] == "ok" and r["p50_us"] > 0 for r in rows)
+    assert len(rows) == 4 and all(r["state"] == "ok" and r["p50_us"] > 0 for r in rows)
+    assert {(r["shape"], r["K"], r["N"]) for r in rows} == {("72x40", 72, 40)}
     assert {(r["config"]["num_warps"], r["config"]["ROWS_PER_WARP"]) for r in rows} == {
         (1, 16), (1, 32), (2, 16), (2, 32)}
