@@ -47,6 +47,7 @@ import kernels_h200 as kb  # noqa: E402  (shapes, device, the checked timing)
 import torch  # noqa: E402
 
 from specpilot.fingerprint import current  # noqa: E402
+from specpilot.kernels.common import bench  # noqa: E402
 from specpilot.kernels.common.bench import num_copies_for  # noqa: E402
 from specpilot.kernels.common.bench import time_calls  # noqa: E402
 from specpilot.kernels.common.check import check_close  # noqa: E402
@@ -212,12 +213,15 @@ def main() -> int:
                              "none: no escape")
     parser.add_argument("--cublas", action="store_true",
                         help="skinny_gemm: also time torch.matmul at each shape and M")
+    parser.add_argument("--warmup-ms", type=float, default=bench.WARMUP_MS,
+                        help="GPU time each timing replays before it times (the timer's default)")
     parser.add_argument("--note", default="")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes, Triton interpreter")
     args = parser.parse_args()
     if not CPU_SMOKE and not torch.cuda.is_available():
         print("h200_gemm_probe.py needs a CUDA GPU (or --cpu-smoke)", file=sys.stderr)
         return 2
+    bench.WARMUP_MS = args.warmup_ms  # every timing below, the tuner's evaluate included
     base = {kv.split("=")[0]: parse_value(kv.split("=")[1]) for kv in args.base.split(",")}
     tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",") if t]
     axes = {g.split("=")[0]: [parse_value(v) for v in g.split("=")[1].split(",")]
@@ -228,7 +232,7 @@ def main() -> int:
     shapes = (args.shapes or default_shapes).split(",")
     ms = [int(v) for v in args.m.split(",")]
     report = {"fingerprint": current(str(kb.DEV)).to_dict(), "note": args.note, "op": args.op,
-              "outlier_rate": args.outlier_rate,
+              "outlier_rate": args.outlier_rate, "warmup_ms": args.warmup_ms,
               "argv": sys.argv[1:], "configs": len(configs), "rows": []}
     OUT.mkdir(parents=True, exist_ok=True)
     start = time.time()

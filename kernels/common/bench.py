@@ -12,6 +12,11 @@ Two options of the CUDA timer say what a "call" pays besides its own work:
   On the H200 it added 0.3-2 us to each call of a 3-call replay, to every kernel alike (a plain
   read, cuBLAS, Triton, W12; results/h200-2026-12-02-timer.json); records timed before 0eefdc4
   include it.
+- ``warmup_ms``: before the timed replays the graph is replayed until the GPU has spent this long
+  in it. With only a replay or two of warm-up, the first config timed after a case was built (its
+  weights packed, the exact product computed) ran 5-13% slower than the same kernel timed next
+  (results/h200-2026-12-03-warmup-probe.json); the sweep and probe records before that
+  record carry that bias on their first config of each case.
 - ``min_calls``: each replay holds at least this many calls (``calls`` repeated), so the one
   boundary per replay (where PDL cannot overlap two kernels) is shared by more of them. Off by
   default: a long chain of one GEMM is not a decode step either (there a GEMM follows a norm or
@@ -57,15 +62,34 @@ def num_copies_for(weight_bytes: int, l2_bytes: int = 60 * 2**20, minimum: int =
 
 
 QUEUE_SLEEP_CYCLES = 100_000  # ~50 us at ~2 GHz: longer than the host takes to queue a replay
+WARMUP_MS = 20.0  # GPU time replayed before timing
+MAX_WARMUP_BATCH = 1024  # replays in the last warm-up batch, however short they are
+
+
+def warm_up(replay_ms: Callable[[int], float], warmup_ms: float) -> int:
+    """Runs ``replay_ms(n)`` (``n`` replays back to back, returning the milliseconds they took) in
+    batches of 1, 2, 4, ... replays until ``warmup_ms`` is spent or a batch of
+    ``MAX_WARMUP_BATCH`` ran; returns the replays run."""
+    spent, batch, total = 0.0, 1, 0
+    while spent < warmup_ms:
+        spent += replay_ms(batch)
+        total += batch
+        if batch >= MAX_WARMUP_BATCH:
+            break
+        batch *= 2
+    return total
 
 
 def time_calls(calls: Sequence[Callable[[], object]], device: torch.device, reps: int = 20,
-               inner: int = 1, queued: bool = True, min_calls: int = 1) -> Timing:
+               inner: int = 1, queued: bool = True, min_calls: int = 1,
+               warmup_ms: float | None = None) -> Timing:
     """Median (and p20/p80) time of one call; each of ``calls`` runs ``inner`` times a replay, or
-    more often so that a replay holds at least ``min_calls`` calls. ``queued``: see the module."""
+    more often so that a replay holds at least ``min_calls`` calls. ``queued``, ``warmup_ms`` (GPU
+    only, default ``WARMUP_MS``; on CPU one pass warms up): see the module."""
     inner = max(inner, -(-min_calls // max(len(calls), 1)))
     if device.type == "cuda":
-        return _time_cuda(calls, device, reps, inner, queued)
+        warmup_ms = WARMUP_MS if warmup_ms is None else warmup_ms
+        return _time_cuda(calls, device, reps, inner, queued, warmup_ms)
     for c in calls:
         c()
     samples = []
@@ -78,7 +102,7 @@ def time_calls(calls: Sequence[Callable[[], object]], device: torch.device, reps
     return Timing(*_quantiles(samples), reps=reps, method="cpu perf_counter")
 
 
-def _time_cuda(calls, device, reps, inner, queued) -> Timing:
+def _time_cuda(calls, device, reps, inner, queued, warmup_ms) -> Timing:
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -105,6 +129,17 @@ def _time_cuda(calls, device, reps, inner, queued) -> Timing:
                     c()
     run()
     torch.cuda.synchronize(device)
+
+    def replay_ms(n: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    warm_up(replay_ms, warmup_ms)
     samples = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

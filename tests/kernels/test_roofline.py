@@ -5,7 +5,9 @@ import torch
 
 from specpilot.kernels.common.bench import Timing
 from specpilot.kernels.common.bench import num_copies_for
+from specpilot.kernels.common.bench import MAX_WARMUP_BATCH
 from specpilot.kernels.common.bench import time_calls
+from specpilot.kernels.common.bench import warm_up
 from specpilot.kernels.common.roofline import ceiling_for
 from specpilot.kernels.common.roofline import gemm_traffic
 from specpilot.kernels.common.roofline import measure
@@ -53,6 +55,22 @@ def test_timer_repeats_calls_to_min_calls():
     counts[:] = [0, 0, 0]
     time_calls(calls, torch.device("cpu"), reps=4, inner=5, min_calls=7)
     assert counts == [1 + 4 * 5] * 3  # inner above what min_calls asks for wins
+
+
+def test_warm_up_replays_until_the_time_is_spent():
+    batches = []
+
+    def replay_ms(n):  # each replay takes 0.3 ms
+        batches.append(n)
+        return 0.3 * n
+
+    assert warm_up(replay_ms, 5.0) == 31 and batches == [1, 2, 4, 8, 16]  # 9.3 ms >= 5 ms
+    batches.clear()
+    assert warm_up(replay_ms, 0.0) == 0 and batches == []  # no warm-up asked for
+    batches.clear()
+    # replays of no measurable time: the batches stop at MAX_WARMUP_BATCH, never loop forever
+    total = warm_up(lambda n: batches.append(n) or 0.0, 5.0)
+    assert batches[-1] == MAX_WARMUP_BATCH and total == 2 * MAX_WARMUP_BATCH - 1
 
 
 def test_measure_a_call_on_cpu():
