@@ -30,8 +30,9 @@ attention and GDN input projections, and 4- or 8-way split K with 128- or 256-pa
 narrow ones (down_proj, out_proj: N = 5120 leaves too few row tiles). Two choices stay out of
 SWEEP, measured on its weights at the M = 8 and 16 winners' tiles: 32 rows per warp (162-255
 registers; no row beat the 16-row winners, results/h200-2026-12-03-w12f-rows-per-warp-probe.json)
-and ``ESC_EARLY`` (0.95-1.11x the best late config per row, within the spread of back-to-back
-configs: ...-w12f-esc-early-probe.json); the tuner may still pick either per shape.
+and ``ESC_EARLY`` 1 (0.95-1.11x the best late config per row, within the spread of back-to-back
+configs: ...-w12f-esc-early-probe.json); the tuner may still pick either per shape. ``ESC_EARLY``
+2 joined it on the 256-pair tiles of the input projections only (below).
 """
 
 import itertools
@@ -164,6 +165,12 @@ SWEEP = [
     # 43.9 for the sweep's best tiles in the same run, mg_down level (51.7 vs 51.8)
     # (results/h200-2026-12-03-w12f-stages-probe.json, one stage)
     _mma(2, 256, 8, 8, prefetch=1), _mma(2, 256, 16, 8, prefetch=1),
+    # ESC_EARLY 2 with chunks of 4 on the two-chain 256-pair tiles of the attention and GDN input
+    # projections: 1.3-2.7% faster than the late walk on all 8 rows at M = 1-8 (qkvg M = 8 29.6
+    # vs 30.1 us); on split-K and 64-pair tiles level or up to 7% slower, so not there
+    # (results/h200-2026-12-03-w12f-esc-early2-probe.json, timed after the 20 ms warm-up)
+    *[{**_mma(w, 256, 8, prefetch=1), "CHAINS": 2, "ESC_EARLY": 2, "ESC_CHUNK": 4}
+      for w in (1, 2)],
     # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
 ]
