@@ -14,7 +14,7 @@ Two options of the CUDA timer say what a "call" pays besides its own work:
   include it.
 - ``warmup_ms``: before the timed replays the graph is replayed until the GPU has spent this long
   in it. With only a replay or two of warm-up, the first config timed after a case was built (its
-  weights packed, the exact product computed) ran 5-13% slower than the same kernel timed next
+  weights packed, the exact product computed) ran up to 10.7% slower than its identical repeats
   (results/h200-2026-12-03-warmup-probe.json); the sweep and probe records before that
   record carry that bias on their first config of each case.
 - ``min_calls``: each replay holds at least this many calls (``calls`` repeated), so the one
