@@ -130,8 +130,11 @@ def _time_cuda(calls, device, reps, inner, queued, warmup_ms) -> Timing:
     run()
     torch.cuda.synchronize(device)
 
-    def replay_ms(n: int) -> float:
+    def replay_ms(n: int, queue: bool = False) -> float:
+        """Milliseconds of ``n`` replays between two events (``queue``: behind a GPU sleep)."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if queue:
+            torch.cuda._sleep(QUEUE_SLEEP_CYCLES)
         start.record()
         for _ in range(n):
             run()
@@ -140,14 +143,5 @@ def _time_cuda(calls, device, reps, inner, queued, warmup_ms) -> Timing:
         return start.elapsed_time(end)
 
     warm_up(replay_ms, warmup_ms)
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if queued:
-            torch.cuda._sleep(QUEUE_SLEEP_CYCLES)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / (inner * len(calls)))
+    samples = [replay_ms(1, queued) * 1e3 / (inner * len(calls)) for _ in range(reps)]
     return Timing(*_quantiles(samples), reps=reps, method=method)
