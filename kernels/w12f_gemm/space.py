@@ -18,6 +18,10 @@ escapes before the PDL wait and their x values right after it, so the epilogue w
 more (the epilogue's walk costs two dependent loads per chunk); 2 fetches the same escapes before
 the wait but gathers their x values after the K loop: one round of loads in the epilogue instead
 of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue.
+``tma``: the mma kernel's tiles (no ``PREFETCH``; ``CHAINS`` 1 or 2) with the planes and x tiles
+copied by the Tensor Memory Accelerator through a ``num_stages``-deep shared-memory pipeline; K a
+multiple of 16. Not in SWEEP until it has run on the H200: the tuner and ``h200_gemm_probe.py
+--base kernel=tma`` reach it.
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -57,6 +61,9 @@ PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
             "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2]},
     "gemv": {**_COMMON, "num_stages": [1]},
+    "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
+            "BLOCK_T": [8, 16, 32, 64], "num_stages": [2, 3, 4, 5, 6, 8], "MMA_V2": [0, 1],
+            "CHAINS": [1, 2], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2]},
 }
 ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0},
                   "gemv": {"PREFETCH": 0}}
@@ -67,11 +74,12 @@ REMOVED_KEYS = {"mma": ("BLOCK_N",), "gemv": ("BLOCK_N",)}
 TEST_ONLY_KEYS = ("_test_corrupt",)
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which holds the row tiles
 _SMEM_BUDGET = 160 * 1024
+_TMA_SMEM_BUDGET = 220 * 1024  # the bf16 TMA kernel's (kernels/skinny_gemm/space.py)
 
 
 def kernels_for(m: int) -> list[str]:
     """Kernel families that can run M rows."""
-    return ["gemv", "mma"] if m == 1 else ["mma"]
+    return ["gemv", "mma", "tma"] if m == 1 else ["mma", "tma"]
 
 
 def row_blocks(config: dict) -> int:
@@ -81,8 +89,8 @@ def row_blocks(config: dict) -> int:
 
 
 def token_tile(config: dict, m: int) -> int:
-    """Tokens per program: ``BLOCK_T`` for the MMA kernel, 1 for the GEMV."""
-    return config["BLOCK_T"] if config["kernel"] == "mma" else 1
+    """Tokens per program: ``BLOCK_T`` for the MMA kernels, 1 for the GEMV."""
+    return 1 if config["kernel"] == "gemv" else config["BLOCK_T"]
 
 
 def configs() -> Iterator[dict]:
@@ -109,7 +117,7 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
     if cdiv(cdiv(n, FRAG_ROWS), row_blocks(config)) > MAX_GRID_Y:
         raise ValueError(f"num_warps={config['num_warps']} ({FRAG_ROWS} rows each) makes more "
                          f"than {MAX_GRID_Y} row tiles at N={n}: take more warps")
-    if kernel == "mma":
+    if kernel != "gemv":
         if config["CHAINS"] == 4 and config["BLOCK_K"] % (2 * FRAG_PAIRS):
             raise ValueError(f"CHAINS=4 splits each K step in two: BLOCK_K={config['BLOCK_K']} "
                              f"must be an even number of {FRAG_PAIRS}-pair blocks")
@@ -118,9 +126,13 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                              "two: a smaller tile computes the same")
         stage = (3 * FRAG_ROWS * row_blocks(config) * config["BLOCK_K"]
                  + 4 * config["BLOCK_K"] * config["BLOCK_T"])
-        if config["num_stages"] > 1 and config["num_stages"] * stage > _SMEM_BUDGET:
-            raise ValueError(f"mma pipeline needs {config['num_stages'] * stage} B of shared "
-                             f"memory > {_SMEM_BUDGET}")
+        budget = _TMA_SMEM_BUDGET if kernel == "tma" else _SMEM_BUDGET
+        if config["num_stages"] > 1 and config["num_stages"] * stage > budget:
+            raise ValueError(f"{kernel} pipeline needs {config['num_stages'] * stage} B of shared "
+                             f"memory > {budget}")
+    if kernel == "tma" and k % 16:
+        raise ValueError(f"the tma kernel copies x's two halves as 16-byte rows: K={k} must be "
+                         "a multiple of 16")
 
 
 def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
@@ -130,6 +142,15 @@ def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int =
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
             "ESC_EARLY": esc_early}
+
+
+def _tma(warps: int, block_k: int, block_t: int, num_stages: int, split_k: int = 1,
+         mma_v2: int = 0, chains: int = 2, rows_per_warp: int = FRAG_ROWS, esc_early: int = 0,
+         esc_chunk: int = 1, decode: str = "prmt") -> dict:
+    return {"kernel": "tma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
+            "DECODE": decode, "ESC_CHUNK": esc_chunk, "BLOCK_T": block_t,
+            "num_stages": num_stages, "MMA_V2": mma_v2, "CHAINS": chains,
+            "ROWS_PER_WARP": rows_per_warp, "ESC_EARLY": esc_early}
 
 
 def _gemv(warps: int, block_k: int, split_k: int = 1, decode: str = "prmt",

@@ -12,10 +12,17 @@ bytes per lane (a warp with two row blocks loads both) and :func:`frag_to_a`
 global memory straight to registers: no shared memory, so many more programs stay resident than
 with a ``cp.async`` pipeline.
 
-Two kernels:
+Three kernels:
 
 - ``w12f_fwd_kernel_mma`` (any M): swap-AB ``mma.sync`` (weights as the 16-row operand, a tile of
   ``BLOCK_T`` tokens as the other), grid (M / BLOCK_T, row tiles, SPLIT_K).
+- ``w12f_fwd_kernel_tma`` (any M, K a multiple of 16): the same tiles and products (the same
+  bits), each K step's planes and x tiles copied into shared memory by the Tensor Memory
+  Accelerator, ``num_stages`` steps in flight. The one-stage kernel keeps its bytes in flight in
+  registers, so on the narrow projections (N = 5120, 6656: too few row tiles to fill the SMs) it
+  needs split K and its reduction; the bf16 GEMM's winners there are TMA tiles of one warp with
+  4-6 stages. Compiled for sm_90a the planes leave shared memory as one 16-byte load per lane and
+  chunk, in the A operand's layout (tests/kernels/test_w12f_gemm.py). Not yet timed on the H200.
 - ``w12f_fwd_kernel_gemv`` (M == 1): no MMA. Each thread multiplies its 16 bytes of a chunk by the
   x values of their columns and sums what it holds of each of its two rows (column bits c, e3,
   e1 e0 are its registers), so a K step leaves two partial sums per thread; the four lanes of a
@@ -55,6 +62,7 @@ last program to arrive (same inputs, same bits).
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_acc
@@ -156,18 +164,10 @@ def early_escapes(col, delta, x_ptr, stride_xm, offs_t, t_mask):
 
 
 @triton.jit
-def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.constexpr,
-               W: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
-    """``(acc_a + a @ xa, acc_b + b @ xb)``: the ``FS``-chunk tile of planes loaded at pair column
-    ``j0``, decoded (``a`` the low halves, ``b`` the high) against its x columns. ``acc_b`` None:
-    one accumulator, ``acc_a`` returned twice."""
-    offs_j = j0 + tl.arange(0, 32 * FS)
-    xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
-                 other=0.0)
-    xb = tl.load(x_cols + K2 + offs_j[:, None], mask=(K2 + offs_j < K)[:, None] & t_mask[None, :],
-                 other=0.0)
-    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FS, W)
-    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FS, W)
+def dot_halves(acc_a, acc_b, a, b, xa, xb, X_F32: tl.constexpr):
+    """``(acc_a + a @ xa, acc_b + b @ xb)`` for decoded A tiles ``a`` (the low halves) and ``b``
+    (the high) against their x tiles; ``acc_b`` None: one accumulator, ``acc_a`` returned twice.
+    float32 x (``X_F32``): the weights widened, an IEEE float32 dot."""
     if X_F32:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
@@ -178,6 +178,21 @@ def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.
     else:
         acc_b = dot_acc(b, xb, acc_b, X_F32)
     return acc_a, acc_b
+
+
+@triton.jit
+def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.constexpr,
+               W: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
+    """:func:`dot_halves` of the ``FS``-chunk tile of planes loaded at pair column ``j0``, decoded,
+    against its x columns."""
+    offs_j = j0 + tl.arange(0, 32 * FS)
+    xa = tl.load(x_cols + offs_j[:, None], mask=(offs_j < K2)[:, None] & t_mask[None, :],
+                 other=0.0)
+    xb = tl.load(x_cols + K2 + offs_j[:, None], mask=(K2 + offs_j < K)[:, None] & t_mask[None, :],
+                 other=0.0)
+    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FS, W)
+    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FS, W)
+    return dot_halves(acc_a, acc_b, a, b, xa, xb, X_F32)
 
 
 @triton.jit
@@ -276,6 +291,73 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
 
 
 @triton.jit
+def tile_to_a(t, FC: tl.constexpr, W: tl.constexpr):
+    """:func:`frag_to_a` for a tile loaded as (row block, chunk, lane, byte), the order of the
+    planes in memory (what a TMA box over them holds)."""
+    t = tl.reshape(t, [W, FC, 8, 4, 2, 2, 4])
+    t = tl.permute(t, [0, 5, 2, 1, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
+    return tl.reshape(t, [16 * W, 32 * FC])
+
+
+@triton.jit(do_not_specialize=["M"])
+def w12f_fwd_kernel_tma(planes_desc, xa_desc, xb_desc, x_ptr, row_ptr, esc_col_ptr,
+                        esc_delta_ptr, out_ptr, ws_ptr, lock_ptr, M, N, KB, stride_xm, scale,
+                        steps_per_split, W: tl.constexpr, FC: tl.constexpr,
+                        BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr, ASM: tl.constexpr,
+                        ESC_CHUNK: tl.constexpr, CHAINS: tl.constexpr, PDL: tl.constexpr,
+                        MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr):
+    """The tiles, K steps, accumulator chains (1 or 2), escapes and split K of
+    :func:`w12f_fwd_kernel_mma` (the same products in the same order: the same bits), with each
+    K step's planes and x tiles copied into shared memory by the Tensor Memory Accelerator
+    (host-built descriptors, :func:`tma_descriptors`) in a ``num_stages``-deep pipeline, so the
+    bytes in flight are bounded by shared memory rather than by registers: ``planes_desc`` over
+    the planes ``[RB, KB, 3, 16, 32]`` in ``[W, FC, 1, 16, 32]`` boxes (one per plane), ``xa_desc``
+    and ``xb_desc`` over x's low- and high-half columns ``[M, K2]`` and ``[M, K - K2]`` in
+    ``[BLOCK_T, 32 FC]`` boxes. The descriptors zero-fill past M and past each half, so the
+    padding's decoded weights multiply zeros and nothing is masked; row blocks past the last
+    read zeros and are never stored. Each plane leaves shared memory as one 16-byte load per lane
+    and chunk, already in the A operand's layout."""
+    pid_t = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * (16 * W) + tl.arange(0, 16 * W)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < M
+    s_lo = pid_k * steps_per_split
+    s_hi = tl.minimum(KB // FC, s_lo + steps_per_split)
+    rows = None
+    if ESC_EARLY > 0:
+        esc_col, esc_delta, esc_start, esc_count = escape_slots(
+            row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
+        rows = (esc_start, esc_count)
+    pdl_start(PDL)
+    esc = None
+    if ESC_EARLY == 1:
+        esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
+    acc0 = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
+    acc1 = acc0
+    for s in range(s_lo, s_hi):
+        nib = planes_desc.load([pid_n * W, s * FC, 0, 0, 0])
+        sm_a = planes_desc.load([pid_n * W, s * FC, 1, 0, 0])
+        sm_b = planes_desc.load([pid_n * W, s * FC, 2, 0, 0])
+        xa = tl.trans(xa_desc.load([pid_t * BLOCK_T, s * (32 * FC)]))
+        xb = tl.trans(xb_desc.load([pid_t * BLOCK_T, s * (32 * FC)]))
+        a = tile_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
+        b = tile_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
+        if CHAINS == 1:
+            acc0, _ = dot_halves(acc0, None, a, b, xa, xb, False)
+        else:
+            acc0, acc1 = dot_halves(acc0, acc1, a, b, xa, xb, False)
+    if CHAINS == 2:
+        acc0 += acc1
+    if ESC_EARLY == 2:
+        esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
+    store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
+               out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
+               pid_k, SPLIT_K, ESC_CHUNK, esc, rows)
+
+
+@triton.jit
 def gemv_step(acc, nib, sm_a, sm_b, p, x_ptr, cols, s, K, K2, FC: tl.constexpr,
               W: tl.constexpr, ASM: tl.constexpr):
     """``acc`` plus K step ``s`` of the GEMV (planes loaded; ``sm_b`` None: loaded here, from
@@ -330,6 +412,24 @@ def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
                lock_ptr, tl.arange(0, 1), offs_n, M, N, pid_n, pid_k, SPLIT_K, ESC_CHUNK)
 
 
+def tma_descriptors(x: torch.Tensor, packed: W12Tensor, w: int, fc: int,
+                    block_t: int) -> tuple[TensorDescriptor, TensorDescriptor, TensorDescriptor]:
+    """The TMA kernel's descriptors (planes, x's low-half columns, x's high-half columns); the TMA
+    needs 16-byte aligned starts and strides, so K2 a multiple of 8 (the space checks K % 16)."""
+    k2 = packed.k_half
+    if x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or k2 % 8:
+        raise ValueError("the tma kernel needs x to start 16-byte aligned with rows and the "
+                         f"high half (column K2={k2}) a multiple of 16 bytes")
+    if packed.planes.data_ptr() % 16 or not packed.planes.is_contiguous():
+        raise ValueError("the tma kernel needs contiguous, 16-byte aligned planes")
+    planes = TensorDescriptor.from_tensor(packed.planes, [w, fc, 1, FRAG_ROWS, FRAG_PAIRS])
+    m, k = x.shape
+    box = [block_t, FRAG_PAIRS * fc]
+    xa = TensorDescriptor(x, [m, k2], [x.stride(0), 1], box)
+    xb = TensorDescriptor(x[:, k2:], [m, k - k2], [x.stride(0), 1], box)
+    return planes, xa, xb
+
+
 def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None = None,
               config: dict | None = None) -> torch.Tensor:
     """``x [M, K]`` bf16 (or float32) times the fragment-order W12 weight ``[N, K]`` transposed
@@ -344,6 +444,9 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     if x_f32 and config is None:  # tuned entries are bf16 timings
         config = space.default_config(m, n, k, num_sms(x.device))
     cfg = resolve_config("w12f_gemm", config, m, n, k, x.device, space)
+    if x_f32 and cfg["kernel"] == "tma":
+        raise ValueError("the tma kernel copies bf16 x tiles: run float32 x on the mma kernel "
+                         "(the default config does)")
     if x_f32 and cfg["kernel"] == "mma" and cfg["num_stages"] > 1:
         raise ValueError("float32 x doubles the x tiles the space budgets shared memory for: "
                          "run it with num_stages 1 (the default config does)")
@@ -355,13 +458,23 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     gemv = cfg["kernel"] == "gemv"
     w = space.row_blocks(cfg)
     grid = (1 if gemv else cdiv(m, cfg["BLOCK_T"]), cdiv(rb, w), splits)
-    args = (x, packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta, out,
-            workspace(splits, m, n, x.device), lock_buffer(x.device, grid[0] * grid[1]), m, n, k,
-            k2, rb, kb, x.stride(0), window_scale(packed.base), steps_per_split)
+    ws, lock = workspace(splits, m, n, x.device), lock_buffer(x.device, grid[0] * grid[1])
     meta = {"W": w, "FC": fc, "SPLIT_K": splits, "ASM": DECODE_ASM[cfg["DECODE"]],
-            "ESC_CHUNK": cfg["ESC_CHUNK"], "PREFETCH": cfg["PREFETCH"],
-            "num_warps": cfg["num_warps"],
+            "ESC_CHUNK": cfg["ESC_CHUNK"], "num_warps": cfg["num_warps"],
             "num_stages": cfg["num_stages"], **pdl_launch(x.device)}
+    if cfg["kernel"] == "tma":
+        descs = tma_descriptors(x, packed, w, fc, cfg["BLOCK_T"])
+        with mma_v2_compile(cfg["MMA_V2"]):
+            w12f_fwd_kernel_tma[grid](*descs, x, packed.row_ptr, packed.esc_col, packed.esc_delta,
+                                      out, ws, lock, m, n, kb, x.stride(0),
+                                      window_scale(packed.base), steps_per_split,
+                                      BLOCK_T=cfg["BLOCK_T"], CHAINS=cfg["CHAINS"],
+                                      ESC_EARLY=cfg["ESC_EARLY"], MMA_V2=bool(cfg["MMA_V2"]),
+                                      **meta)
+        return _test_corrupt(out, cfg)
+    args = (x, packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta, out, ws, lock, m,
+            n, k, k2, rb, kb, x.stride(0), window_scale(packed.base), steps_per_split)
+    meta["PREFETCH"] = cfg["PREFETCH"]
     if gemv:
         w12f_fwd_kernel_gemv[grid](*args, **meta)
     else:
@@ -369,6 +482,10 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
                                       CHAINS=cfg["CHAINS"], ESC_EARLY=cfg["ESC_EARLY"],
                                       MMA_V2=bool(cfg["MMA_V2"]), **meta)
+    return _test_corrupt(out, cfg)
+
+
+def _test_corrupt(out: torch.Tensor, cfg: dict) -> torch.Tensor:
     if cfg.get("_test_corrupt"):
         out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
     return out

@@ -4,6 +4,7 @@ deterministic, the space refuses what the kernels cannot run, and on the sm_90a 
 reach the MMA with no layout conversion."""
 
 import collections
+import functools
 import inspect
 import json
 import os
@@ -32,6 +33,12 @@ def mma(warps=2, bk=32, block_t=8, split=1, mma_v2=0, prefetch=0, chains=1, rows
     return {**space._mma(warps, bk, block_t, split, mma_v2, prefetch=prefetch, rows_per_warp=rows,
                          esc_early=esc_early, esc_chunk=esc_chunk),
             "DECODE": "int", "CHAINS": chains}
+
+
+def tma(warps=2, bk=32, block_t=8, split=1, stages=3, mma_v2=0, chains=1, rows=16, esc_early=0,
+        esc_chunk=1):
+    return {**space._tma(warps, bk, block_t, stages, split, mma_v2, chains, rows, esc_early,
+                         esc_chunk), "DECODE": "int"}
 
 
 def gemv(warps=2, bk=32, split=1, prefetch=0):
@@ -154,6 +161,32 @@ def test_triton(m, k, n, config):
     assert out32.dtype == torch.float32 and check_close("w12f f32", out32, exact, abs_sum).ok
 
 
+@pytest.mark.parametrize("m, k, n, config", [
+    pytest.param(1, 400, 70, tma(), id="M1-rows-past-N"),
+    pytest.param(5, 1040, 33, tma(warps=1, split=4, chains=2), id="split4-short-last-padded-K"),
+    pytest.param(17, 272, 64, tma(warps=4, block_t=16, mma_v2=1, chains=2, stages=2),
+                 id="M17-two-token-tiles"),
+    pytest.param(9, 1152, 40, tma(warps=2, bk=64, esc_early=2, esc_chunk=4, stages=4),
+                 id="late-gathers-64-pair-steps"),
+    pytest.param(3, 208, 100, tma(warps=1, rows=32, esc_early=1, esc_chunk=2),
+                 id="32-rows-per-warp-early-escapes"),
+])
+def test_tma_kernel_gives_the_mma_kernels_bits(m, k, n, config):
+    """The TMA kernel against the exact product (2% escapes), and bit-identical to the mma
+    kernel on the same tile: the same decoded products in the same order. Its zero-filled boxes
+    stand in for the mma kernel's masks past M, past N's last row block and past each half of K
+    (K2 = 520 pairs is 16 whole blocks and 8 pairs of padding)."""
+    torch.manual_seed(0)
+    w = synthetic_weight(n, k, torch.device("cpu"), 0, outlier_rate=2e-2)
+    packed = w12.pack(w, order="frag")
+    x = torch.randn(m, k).to(torch.bfloat16)
+    exact, abs_sum = gemm_exact(x, w)
+    out = w12f_gemm.linear(x, packed, config)
+    assert check_close("w12f tma", out, exact, abs_sum).ok
+    twin = {**config, "kernel": "mma", "num_stages": 1, "PREFETCH": 0}
+    assert torch.equal(out, w12f_gemm.linear(x, packed, twin))
+
+
 def test_escape_free_weights_have_no_escapes_and_still_multiply():
     """``synthetic_weight(outlier_rate=None)`` (the probe's ``--outlier-rate none``, for timing a
     GEMM without escape work): every magnitude inside one 16-exponent window, so no escape, a
@@ -181,11 +214,14 @@ def test_default_config_runs_odd_shapes():
 
 
 def test_float32_x_refuses_a_pipelined_config():
-    """float32 x tiles take twice the shared memory validate budgets for bf16 ones."""
+    """float32 x tiles take twice the shared memory validate budgets for bf16 ones, and the TMA
+    kernel's x descriptors are bf16."""
     w = synthetic_weight(20, 128, torch.device("cpu"), 0)
     with pytest.raises(ValueError, match="num_stages 1"):
         w12f_gemm.linear(torch.randn(4, 128), w12.pack(w, order="frag"),
                          mma() | {"num_stages": 2})
+    with pytest.raises(ValueError, match="bf16 x tiles"):
+        w12f_gemm.linear(torch.randn(4, 128), w12.pack(w, order="frag"), tma())
 
 
 def test_each_gemm_refuses_the_other_order():
@@ -206,6 +242,10 @@ def test_each_gemm_refuses_the_other_order():
     (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "num_warps": 8}, 64, 8192,
      "shared memory"),
     (mma(bk=32, chains=4), 4, 512, "even number of 32-pair blocks"),
+    (tma(), 4, 520, "multiple of 16"),
+    (tma(warps=8, bk=256, block_t=64, rows=32, stages=8), 64, 8192, "shared memory"),
+    (tma() | {"PREFETCH": 1}, 4, 512, "unknown config keys"),
+    (tma() | {"CHAINS": 4}, 4, 512, "CHAINS"),
 ])
 def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
     with pytest.raises(ValueError, match=message):
@@ -279,8 +319,29 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                                if re.search(r"ld\\.global[\\w.:]*\\.b16", ln)],
             "mma_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
                           if "mma.sync" in ln]}
+tma_ptrs = {**ptrs, "planes_desc": "tensordesc<u8[2, 4, 1, 16, 32]>",
+            "xa_desc": "tensordesc<bf16[8, 128]>", "xb_desc": "tensordesc<bf16[8, 128]>"}
+tma = {**common, "BLOCK_T": 8, "CHAINS": 2, "ESC_EARLY": 0, "MMA_V2": False}
+c = compile_sm90(ft.w12f_fwd_kernel_tma, tma, 2, 3, tma_ptrs, ("N", "stride_xm", "KB"))
+sass = disassemble(c.asm["cubin"])
+out["tma"] = {"ops": collections.Counter(i.split()[1] if i.startswith("@") else i.split()[0]
+                                         for i in sass),
+              "converts_to_a": sum(1 for ln in c.asm["ttgir"].splitlines()
+                                   if "convert_layout" in ln
+                                   and "dot_op<{opIdx = 0" in ln.split("->")[-1])}
 print(json.dumps(out))
 """
+
+
+@functools.cache
+def compiled() -> dict:
+    """What the sm_90a compiles of :data:`_COMPILE` hold, compiled once per session in a child
+    process (this directory runs under the interpreter)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_planes_go_from_global_memory_to_the_mma_without_conversion():
@@ -293,11 +354,7 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     nothing is read before the wait. Two row blocks per warp double the planes and MMAs per warp
     with no conversion and no more x tile stores. Early escapes read only weight data before the
     wait; with late gathers (``ESC_EARLY`` 2) their x values are read after the K loop."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = compiled()
     for name, first in (("mma", 12), ("mma-4-chains", 6), ("gemv", 12)):
         assert got[name]["loads_before_wait"] == []
         early = got[name + "-prefetch"]["loads_before_wait"]
@@ -333,3 +390,17 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     assert late["plane_loads"] == 12 and late["ops"]["HMMA"] == mma_ops["HMMA"]
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
+
+
+def test_tma_kernel_reads_planes_from_shared_memory_in_the_a_layout():
+    """sm_90a compile of the TMA kernel (2 warps x 128 pairs, 3 stages): the planes and x tiles
+    arrive by TMA (a 5-D box per plane, a 2-D box per x half, for each stage in flight), no plane
+    is read from global memory by the threads, and each thread takes its share of a stage's
+    planes out of shared memory as 16-byte loads (3 planes x 4 chunks) straight into the A
+    operand's layout: no convert_layout, no spilled registers."""
+    ops = collections.Counter(compiled()["tma"]["ops"])
+    assert ops["UTMALDG.5D"] >= 3 * 2 and ops["UTMALDG.2D"] >= 2 * 2
+    assert ops["UTMALDG.5D"] * 2 == ops["UTMALDG.2D"] * 3
+    assert ops["LDS.128"] == 12 and ops["LDG.E.EF.128"] == 0
+    assert compiled()["tma"]["converts_to_a"] == 0
+    assert ops["STL"] == ops["LDL"] == 0 and ops["HMMA.16816.F32.BF16"] == 16
