@@ -300,23 +300,24 @@ def tile_to_a(t, FC: tl.constexpr, W: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["M"])
-def w12f_fwd_kernel_tma(planes_desc, xa_desc, xb_desc, x_ptr, row_ptr, esc_col_ptr,
-                        esc_delta_ptr, out_ptr, ws_ptr, lock_ptr, M, N, KB, stride_xm, scale,
-                        steps_per_split, W: tl.constexpr, FC: tl.constexpr,
-                        BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr, ASM: tl.constexpr,
-                        ESC_CHUNK: tl.constexpr, CHAINS: tl.constexpr, PDL: tl.constexpr,
-                        MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr):
+def w12f_fwd_kernel_tma(planes_desc, x_desc, x_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
+                        out_ptr, ws_ptr, lock_ptr, M, N, KB, stride_xm, scale, steps_per_split,
+                        W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
+                        SPLIT_K: tl.constexpr, ASM: tl.constexpr, ESC_CHUNK: tl.constexpr,
+                        CHAINS: tl.constexpr, PDL: tl.constexpr, MMA_V2: tl.constexpr,
+                        ESC_EARLY: tl.constexpr):
     """The tiles, K steps, accumulator chains (1 or 2), escapes and split K of
     :func:`w12f_fwd_kernel_mma` (the same products in the same order: the same bits), with each
     K step's planes and x tiles copied into shared memory by the Tensor Memory Accelerator
     (host-built descriptors, :func:`tma_descriptors`) in a ``num_stages``-deep pipeline, so the
     bytes in flight are bounded by shared memory rather than by registers: ``planes_desc`` over
-    the planes ``[RB, KB, 3, 16, 32]`` in ``[W, FC, 1, 16, 32]`` boxes (one per plane), ``xa_desc``
-    and ``xb_desc`` over x's low- and high-half columns ``[M, K2]`` and ``[M, K - K2]`` in
-    ``[BLOCK_T, 32 FC]`` boxes. The descriptors zero-fill past M and past each half, so the
-    padding's decoded weights multiply zeros and nothing is masked; row blocks past the last
-    read zeros and are never stored. Each plane leaves shared memory as one 16-byte load per lane
-    and chunk, already in the A operand's layout."""
+    the planes ``[RB, KB, 3, 16, 32]`` in ``[W, FC, 1, 16, 32]`` boxes (one per plane), ``x_desc``
+    over x as its two halves ``[M, 2, K2]`` (K = 2 K2) in ``[BLOCK_T, 2, 32 FC]`` boxes: one copy
+    for both (two separate ones compiled to 20% more TMA issues and barriers and 24 more
+    registers). The descriptors zero-fill past M and past K2, so the padding's decoded weights
+    multiply zeros and nothing is masked; row blocks past the last read zeros and are never
+    stored. Each plane leaves shared memory as one 16-byte load per lane and chunk, already in
+    the A operand's layout."""
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -340,8 +341,9 @@ def w12f_fwd_kernel_tma(planes_desc, xa_desc, xb_desc, x_ptr, row_ptr, esc_col_p
         nib = planes_desc.load([pid_n * W, s * FC, 0, 0, 0])
         sm_a = planes_desc.load([pid_n * W, s * FC, 1, 0, 0])
         sm_b = planes_desc.load([pid_n * W, s * FC, 2, 0, 0])
-        xa = tl.trans(xa_desc.load([pid_t * BLOCK_T, s * (32 * FC)]))
-        xb = tl.trans(xb_desc.load([pid_t * BLOCK_T, s * (32 * FC)]))
+        xa, xb = tl.split(tl.permute(x_desc.load([pid_t * BLOCK_T, 0, s * (32 * FC)]), [0, 2, 1]))
+        xa = tl.trans(xa)
+        xb = tl.trans(xb)
         a = tile_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FC, W)
         b = tile_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FC, W)
         if CHAINS == 1:
@@ -413,21 +415,20 @@ def w12f_fwd_kernel_gemv(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr,
 
 
 def tma_descriptors(x: torch.Tensor, packed: W12Tensor, w: int, fc: int,
-                    block_t: int) -> tuple[TensorDescriptor, TensorDescriptor, TensorDescriptor]:
-    """The TMA kernel's descriptors (planes, x's low-half columns, x's high-half columns); the TMA
-    needs 16-byte aligned starts and strides, so K2 a multiple of 8 (the space checks K % 16)."""
+                    block_t: int) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """The TMA kernel's descriptors (planes; x as its two halves ``[M, 2, K2]``); the TMA needs
+    16-byte aligned starts and strides, so K = 2 K2 with K2 a multiple of 8 (the space checks
+    K % 16)."""
+    m, k = x.shape
     k2 = packed.k_half
-    if x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or k2 % 8:
-        raise ValueError("the tma kernel needs x to start 16-byte aligned with rows and the "
-                         f"high half (column K2={k2}) a multiple of 16 bytes")
+    if x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or k2 % 8 or k != 2 * k2:
+        raise ValueError("the tma kernel needs x to start 16-byte aligned with rows and halves "
+                         f"(K={k}, K2={k2}) multiples of 16 bytes")
     if packed.planes.data_ptr() % 16 or not packed.planes.is_contiguous():
         raise ValueError("the tma kernel needs contiguous, 16-byte aligned planes")
     planes = TensorDescriptor.from_tensor(packed.planes, [w, fc, 1, FRAG_ROWS, FRAG_PAIRS])
-    m, k = x.shape
-    box = [block_t, FRAG_PAIRS * fc]
-    xa = TensorDescriptor(x, [m, k2], [x.stride(0), 1], box)
-    xb = TensorDescriptor(x[:, k2:], [m, k - k2], [x.stride(0), 1], box)
-    return planes, xa, xb
+    halves = TensorDescriptor(x, [m, 2, k2], [x.stride(0), k2, 1], [block_t, 2, FRAG_PAIRS * fc])
+    return planes, halves
 
 
 def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None = None,
