@@ -252,6 +252,16 @@ def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
         space.validate(config, m, 100, k)
 
 
+def test_tma_pipeline_budgets_num_stages_minus_one_steps():
+    """Triton's TMA pipeline holds ``num_stages - 1`` K steps in shared memory (the sm_90a
+    compile's allocation): the 2-warp, 32-rows-per-warp, 256-pair, 16-token tile (64 KB a step)
+    fits on 4 stages (192 KB) and not on 5."""
+    config = tma(warps=2, bk=256, block_t=16, rows=32, stages=4)
+    space.validate(config, 16, 100, 8192)
+    with pytest.raises(ValueError, match="262144 B of shared memory"):
+        space.validate({**config, "num_stages": 5}, 16, 100, 8192)
+
+
 def test_stored_configs_with_the_removed_block_n_stay_usable():
     """The first H200 records stored BLOCK_N (= 16 x num_warps) and had no PREFETCH or CHAINS:
     completing drops the one and adds the others as they ran (0, one chain)."""
