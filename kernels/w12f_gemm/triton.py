@@ -311,7 +311,9 @@ def w12f_fwd_kernel_tma(planes_desc, x_desc, x_ptr, row_ptr, esc_col_ptr, esc_de
     K step's planes and x tiles copied into shared memory by the Tensor Memory Accelerator
     (host-built descriptors, :func:`tma_descriptors`) in a ``num_stages``-deep pipeline, so the
     bytes in flight are bounded by shared memory rather than by registers: ``planes_desc`` over
-    the planes ``[RB, KB, 3, 16, 32]`` in ``[W, FC, 1, 16, 32]`` boxes (one per plane), ``x_desc``
+    the planes ``[RB, KB, 3, 16, 32]`` in ``[W, FC, 4, 16, 32]`` boxes (all three planes in one
+    copy, the fourth zero-filled past the tensor and never read out of shared memory: half the
+    copies and barriers of a box per plane, 24% less code on the 2-warp 128-pair tile), ``x_desc``
     over x as its two halves ``[M, 2, K2]`` (K = 2 K2) in ``[BLOCK_T, 2, 32 FC]`` boxes: one copy
     for both (two separate ones compiled to 20% more TMA issues and barriers and 24 more
     registers). The descriptors zero-fill past M and past K2, so the padding's decoded weights
@@ -338,9 +340,11 @@ def w12f_fwd_kernel_tma(planes_desc, x_desc, x_ptr, row_ptr, esc_col_ptr, esc_de
     acc0 = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
     acc1 = acc0
     for s in range(s_lo, s_hi):
-        nib = planes_desc.load([pid_n * W, s * FC, 0, 0, 0])
-        sm_a = planes_desc.load([pid_n * W, s * FC, 1, 0, 0])
-        sm_b = planes_desc.load([pid_n * W, s * FC, 2, 0, 0])
+        # planes (p1, p0) -> the last two dims; plane 3 is the box's zero fill, never loaded
+        t = tl.reshape(planes_desc.load([pid_n * W, s * FC, 0, 0, 0]), [W, FC, 2, 2, 512])
+        low, high = tl.split(tl.permute(t, [0, 1, 4, 2, 3]))
+        nib, sm_b = tl.split(low)
+        sm_a, _ = tl.split(high)
         xa, xb = tl.split(tl.permute(x_desc.load([pid_t * BLOCK_T, 0, s * (32 * FC)]), [0, 2, 1]))
         xa = tl.trans(xa)
         xb = tl.trans(xb)
@@ -426,7 +430,7 @@ def tma_descriptors(x: torch.Tensor, packed: W12Tensor, w: int, fc: int,
                          f"(K={k}, K2={k2}) multiples of 16 bytes")
     if packed.planes.data_ptr() % 16 or not packed.planes.is_contiguous():
         raise ValueError("the tma kernel needs contiguous, 16-byte aligned planes")
-    planes = TensorDescriptor.from_tensor(packed.planes, [w, fc, 1, FRAG_ROWS, FRAG_PAIRS])
+    planes = TensorDescriptor.from_tensor(packed.planes, [w, fc, 4, FRAG_ROWS, FRAG_PAIRS])
     halves = TensorDescriptor(x, [m, 2, k2], [x.stride(0), k2, 1], [block_t, 2, FRAG_PAIRS * fc])
     return planes, halves
 
