@@ -20,9 +20,11 @@ Three kernels:
   bits), each K step's planes and x tiles copied into shared memory by the Tensor Memory
   Accelerator, ``num_stages`` steps in flight. The one-stage kernel keeps its bytes in flight in
   registers, so on the narrow projections (N = 5120, 6656: too few row tiles to fill the SMs) it
-  needs split K and its reduction; the bf16 GEMM's winners there are TMA tiles of one warp with
-  4-6 stages. Compiled for sm_90a the planes leave shared memory as one 16-byte load per lane and
-  chunk, in the A operand's layout (tests/kernels/test_w12f_gemm.py). Not yet timed on the H200.
+  needs split K and its reduction; the bf16 GEMM's winners there are TMA tiles, on q3_gdn_out and
+  q3_down at M = 2-16 all with 4 stages and all but one of one warp
+  (results/h200-2026-12-03-kernels-warmed.json). Compiled for sm_90a the planes leave shared
+  memory as one 16-byte load per lane and chunk, in the A operand's layout
+  (tests/kernels/test_w12f_gemm.py). Not yet timed on the H200.
 - ``w12f_fwd_kernel_gemv`` (M == 1): no MMA. Each thread multiplies its 16 bytes of a chunk by the
   x values of their columns and sums what it holds of each of its two rows (column bits c, e3,
   e1 e0 are its registers), so a K step leaves two partial sums per thread; the four lanes of a
