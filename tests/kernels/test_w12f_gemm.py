@@ -329,7 +329,7 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                                if re.search(r"ld\\.global[\\w.:]*\\.b16", ln)],
             "mma_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
                           if "mma.sync" in ln]}
-tma_ptrs = {**ptrs, "planes_desc": "tensordesc<u8[2, 4, 4, 16, 32]>",
+tma_ptrs = {**ptrs, "planes_desc": "tensordesc<u8[2, 4, 4, 2, 256]>",
             "x_desc": "tensordesc<bf16[8, 2, 128]>"}
 tma = {**common, "BLOCK_T": 8, "CHAINS": 2, "ESC_EARLY": 0, "MMA_V2": False}
 c = compile_sm90(ft.w12f_fwd_kernel_tma, tma, 2, 3, tma_ptrs, ("N", "stride_xm", "KB"))
