@@ -20,8 +20,9 @@ the wait but gathers their x values after the K loop: one round of loads in the 
 of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue.
 ``tma``: the mma kernel's tiles (no ``PREFETCH``; ``CHAINS`` 1 or 2) with the planes and x tiles
 copied by the Tensor Memory Accelerator through a ``num_stages``-deep shared-memory pipeline; K a
-multiple of 16. Not in SWEEP until it has run on the H200: the tuner and ``h200_gemm_probe.py
---base kernel=tma`` reach it.
+multiple of 16. The planes' box rows are 256 bytes: with 32-byte rows (each plane's 16 rows of
+32 pairs as stored) the same tiles ran 1.27-1.47x the mma kernel's time on the H200, with 256-byte
+rows 0.98-1.13x (the same configs and shapes, M = 2-16, results/h200-2026-12-03-w12f-tma-*).
 
 SWEEP holds the winners of the H200 runs of ``experiments/h200_w12_frag.py`` (the same tiles and
 instruction streams, with each tile's bytes stored as one run there and as 512-byte blocks here;
@@ -195,8 +196,18 @@ SWEEP = [
     # (results/h200-2026-12-03-w12f-esc-early2-probe.json, timed after the 20 ms warm-up)
     *[{**_mma(w, 256, 8, prefetch=1), "CHAINS": 2, "ESC_EARLY": 2, "ESC_CHUNK": 4}
       for w in (1, 2)],
-    # M = 32 and 64 (unmeasured): the M = 16 winners on wider token tiles
+    # M = 32 and 64: the M = 16 winners on wider token tiles (the table's winners at M = 32 and 64
+    # were still the 16-token tiles, results/h200-2026-12-03-kernels-m32-64.json)
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
+    # The TMA kernel (planes in 256-byte box rows), beside the same run's mma winners
+    # (results/h200-2026-12-03-w12f-tma-probe.json): 7-13% slower at M = 2-16 except gate_up
+    # M = 16 (79.5 vs 81.5 us, 2 warps x 128 pairs, 4 stages); at M = 64 2-10% faster on every
+    # Qwen shape tried (qkvg 80.1 vs 85.3 us, q3_down 93.3 vs 104.1, gdn_out 40.5 vs 45.1), and
+    # gate_up M = 32 105.1 vs 117.6, on 32-token tiles with no spilled register (159-212)
+    _tma(2, 128, 16, 4, mma_v2=1),
+    _tma(2, 64, 32, 3, mma_v2=1, rows_per_warp=32), _tma(2, 128, 32, 3, mma_v2=1),
+    _tma(4, 64, 32, 4, mma_v2=1), _tma(2, 128, 32, 3, 2, mma_v2=1),
+    _tma(4, 128, 32, 3, 4, mma_v2=1),
 ]
 
 
