@@ -37,6 +37,15 @@ def tiny_prompts(tiny_models):
     return [tiny_models.tokenizer.encode(p).ids[:48] for p in load_prompts("gsm8k", 16)]
 
 
+@pytest.fixture(scope="session")
+def default_campaign(tmp_path_factory):
+    """The README's main job run once (``tests/default_campaign.py``); read it, or copy it before
+    changing anything."""
+    from tests.default_campaign import run_default_campaign
+
+    return run_default_campaign(tmp_path_factory.mktemp("default-campaign"))
+
+
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.gpu(kind, est_s)`` tests need CUDA; without it they are skipped, never run."""
     import torch

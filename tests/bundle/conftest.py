@@ -1,13 +1,12 @@
 """Export, serve --bundle, retune and the MLflow UI against one real embedded-default campaign.
 
-The session runs ``python -m specpilot.search cpu_c1_tiny`` once (~70 s on 2 cores) with its own
-kernel-config cache (``SPECPILOT_CACHE_DIR``), and exports its champion once; the tests read both
-and copy them before changing anything. Every command runs as a real subprocess.
+The session runs ``python -m specpilot.search cpu_c1_tiny`` once (``tests/default_campaign.py``,
+~70 s on 2 cores, shared with tests/search/test_embedded_default.py) with its own kernel-config
+cache (``SPECPILOT_CACHE_DIR``), and exports its champion once; the tests read both and copy them
+before changing anything. Every command runs as a real subprocess.
 """
 
 import contextlib
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,36 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.default_campaign import REPO
+from tests.default_campaign import SETTING
+from tests.default_campaign import Campaign
 from tests.server.conftest import _stop
 from tests.server.conftest import free_port
 
-REPO = Path(__file__).resolve().parents[2]
-SETTING = "cpu_c1_tiny"
 STARTUP_TIMEOUT_S = 180
-
-
-class Campaign:
-    """A finished campaign: its store directory and the environment its commands run with."""
-
-    def __init__(self, store: Path, kernel_cache: Path):
-        self.store, self.kernel_cache = store, kernel_cache
-
-    def env(self, **extra: str) -> dict:
-        env = {k: v for k, v in os.environ.items() if k != "SPECPILOT_FAKE_FINGERPRINT"}
-        env.update({"SPECPILOT_CACHE_DIR": str(self.kernel_cache),
-                    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **extra})
-        return env
-
-    def copy(self, where: Path) -> "Campaign":
-        """An independent copy (store and kernel cache) that a test may change."""
-        shutil.copytree(self.store, where / "store")
-        shutil.copytree(self.kernel_cache, where / "kernel-cache")
-        return Campaign(where / "store", where / "kernel-cache")
-
-    def client(self):
-        from specpilot.search.records import mlflow_client
-
-        return mlflow_client(f"sqlite:///{self.store / 'mlflow.db'}")
 
 
 def specpilot(campaign: Campaign, *args: str, timeout_s: float = 600,
@@ -57,14 +33,9 @@ def specpilot(campaign: Campaign, *args: str, timeout_s: float = 600,
 
 
 @pytest.fixture(scope="session")
-def campaign(tmp_path_factory) -> Campaign:
-    root = tmp_path_factory.mktemp("campaign")
-    done = Campaign(root / "store", root / "kernel-cache")
-    proc = subprocess.run([sys.executable, "-m", "specpilot.search", SETTING, "--store-dir",
-                           str(done.store)], check=False, cwd=REPO, env=done.env(),
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return done
+def campaign(default_campaign) -> Campaign:
+    """The session's embedded-default campaign (tests/default_campaign.py)."""
+    return default_campaign
 
 
 @pytest.fixture(scope="session")

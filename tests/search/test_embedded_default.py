@@ -1,27 +1,20 @@
 """The README's main job: ``specpilot search cpu_c1_tiny`` end to end, records read back."""
 
-import json
-import time
-
 import optuna
 
 from specpilot.search.knowledge import KnowledgeStore
 from tests.search.conftest import campaign_runs
 from tests.search.conftest import mlflow_client
-from tests.search.conftest import run_search
 
 
-def test_embedded_default_campaign_leaves_records(tmp_path):
-    store = tmp_path / "store"
-    start = time.monotonic()
-    proc = run_search(["cpu_c1_tiny", "--store-dir", str(store), "--json",
-                       str(tmp_path / "summary.json")])
-    elapsed_s = time.monotonic() - start
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_embedded_default_campaign_leaves_records(default_campaign):
+    """The session's run of it (tests/default_campaign.py: its own store and kernel cache)."""
+    store = default_campaign.store
+    elapsed_s = default_campaign.elapsed_s
     assert elapsed_s < 600, f"embedded default took {elapsed_s:.0f} s (limit 10 minutes)"
-    assert "champion of cpu_c1_tiny" in proc.stdout and "speedup over stock" in proc.stdout
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["stop_reason"] in ("rounds", "exhausted", "bound_reached")
+    stdout = default_campaign.stdout
+    assert "champion of cpu_c1_tiny" in stdout and "speedup over stock" in stdout
+    assert default_campaign.summary["stop_reason"] in ("rounds", "exhausted", "bound_reached")
 
     runs = campaign_runs(store, "cpu_c1_tiny")
     by_kind = {}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.search.conftest import REPO
+from tests.search.conftest import campaign_config
 from tests.search.conftest import campaign_runs
 
 DASHBOARD = "http://127.0.0.1:8265"
@@ -59,9 +60,12 @@ def test_campaign_as_a_ray_job(tmp_path):
         assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-4000:]
         assert "champion of cpu_c1_tiny" in job.stdout
         assert "succeeded" in job.stdout.lower()
-        # run on this machine without an address, the driver joins the running head
+        # run on this machine without an address, the driver joins the running head (a one-trial
+        # campaign: what is checked here is where it ran)
+        small = campaign_config(tmp_path, agents=["mutation"], canary=False,
+                                proposals_per_agent=1)
         direct = subprocess.run(
-            [sys.executable, "-m", "specpilot.search", "cpu_c1_tiny", "--rounds", "1",
+            [sys.executable, "-m", "specpilot.search", "cpu_c1_tiny", "--config", str(small),
              "--store-dir", str(tmp_path / "direct")], cwd="/", env=env, capture_output=True,
             text=True, timeout=900)
         assert direct.returncode == 0, direct.stdout[-4000:] + direct.stderr[-4000:]

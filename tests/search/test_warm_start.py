@@ -59,7 +59,9 @@ def test_warm_start_finds_the_first_settings_winner_in_fewer_trials(tmp_path):
     cold_trials_needed = cold_order(seed).index(best) + 1
     assert cold_trials_needed > 1
 
-    single = dict(proposals_per_agent=1, num_workers=1)  # a budget of one trial
+    # a budget of one trial, with a short A/B: B's runs check which trial ran, not its speed
+    single = dict(proposals_per_agent=1, num_workers=1, compare_budget_s=2.0,
+                  compare_max_rounds=2)
     cold = _campaign(tmp_path, "b-cold", "cpu_c1_tiny-code", knowledge, priors=False, seed=seed,
                      **single)
     warm = _campaign(tmp_path, "b-warm", "cpu_c1_tiny-code", knowledge, priors=True, seed=seed,
