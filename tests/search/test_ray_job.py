@@ -1,5 +1,5 @@
 """``ray start --head`` + ``ray job submit ... -- python -m specpilot.search cpu_c1_tiny
---rounds 1`` against a real head with its dashboard and job server."""
+--config C`` (one round, one trial) against a real head with its dashboard and job server."""
 
 import os
 import socket
@@ -52,18 +52,18 @@ def test_campaign_as_a_ray_job(tmp_path):
          "--dashboard-port", "8265", "--disable-usage-stats"], env=env, capture_output=True,
         text=True, timeout=180)
     assert start.returncode == 0, start.stdout + start.stderr
+    # a one-round campaign of one mutation trial (the full embedded default has its own test):
+    # what is checked here is where the driver and its workers ran
+    small = campaign_config(tmp_path, agents=["mutation"], canary=False, proposals_per_agent=1)
     try:
         job = subprocess.run(
             [ray, "job", "submit", "--address", DASHBOARD, "--working-dir", ".", "--",
-             "python", "-m", "specpilot.search", "cpu_c1_tiny", "--rounds", "1"],
+             "python", "-m", "specpilot.search", "cpu_c1_tiny", "--config", str(small)],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-4000:]
         assert "champion of cpu_c1_tiny" in job.stdout
         assert "succeeded" in job.stdout.lower()
-        # run on this machine without an address, the driver joins the running head (a one-trial
-        # campaign: what is checked here is where it ran)
-        small = campaign_config(tmp_path, agents=["mutation"], canary=False,
-                                proposals_per_agent=1)
+        # run on this machine without an address, the driver joins the running head
         direct = subprocess.run(
             [sys.executable, "-m", "specpilot.search", "cpu_c1_tiny", "--config", str(small),
              "--store-dir", str(tmp_path / "direct")], cwd="/", env=env, capture_output=True,
