@@ -24,7 +24,9 @@ Three kernels:
   q3_down at M = 2-16 all with 4 stages and all but one of one warp
   (results/h200-2026-12-03-kernels-warmed.json). Compiled for sm_90a the planes leave shared
   memory as one 16-byte load per lane and chunk, in the A operand's layout
-  (tests/kernels/test_w12f_gemm.py). Not yet timed on the H200.
+  (tests/kernels/test_w12f_gemm.py). On the H200 it trails the one-stage kernel by 7-13% at
+  M = 2-16 (gate_up M = 16 aside) and, on 32-token tiles, by 2-4% at M = 32, where it leads on
+  gate_up by 11%, and leads by 2-10% at M = 64 (results/h200-2026-12-03-w12f-tma-probe.json).
 - ``w12f_fwd_kernel_gemv`` (M == 1): no MMA. Each thread multiplies its 16 bytes of a chunk by the
   x values of their columns and sums what it holds of each of its two rows (column bits c, e3,
   e1 e0 are its registers), so a K step leaves two partial sums per thread; the four lanes of a
@@ -316,9 +318,11 @@ def w12f_fwd_kernel_tma(planes_desc, x_desc, x_ptr, row_ptr, esc_col_ptr, esc_de
     K step's planes and x tiles copied into shared memory by the Tensor Memory Accelerator
     (host-built descriptors, :func:`tma_descriptors`) in a ``num_stages``-deep pipeline, so the
     bytes in flight are bounded by shared memory rather than by registers: ``planes_desc`` over
-    the planes ``[RB, KB, 3, 16, 32]`` in ``[W, FC, 4, 16, 32]`` boxes (all three planes in one
-    copy, the fourth zero-filled past the tensor and never read out of shared memory: half the
-    copies and barriers of a box per plane, 24% less code on the 2-warp 128-pair tile), ``x_desc``
+    the planes viewed as ``[RB, KB, 3, 2, 256]`` in ``[W, FC, 4, 2, 256]`` boxes (all three
+    planes in one copy, the fourth zero-filled past the tensor and never read out of shared
+    memory: half the copies and barriers of a box per plane, 24% less code on the 2-warp 128-pair
+    tile; 256-byte box rows, not the 32-byte rows of the stored ``[16, 32]`` plane: 0.73-0.83x
+    the time on the H200, results/h200-2026-12-03-w12f-tma-probe.json), ``x_desc``
     over x as its two halves ``[M, 2, K2]`` (K = 2 K2) in ``[BLOCK_T, 2, 32 FC]`` boxes: one copy
     for both (two separate ones compiled to 20% more TMA issues and barriers and 24 more
     registers). The descriptors zero-fill past M and past K2, so the padding's decoded weights
