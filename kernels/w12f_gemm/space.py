@@ -149,7 +149,7 @@ def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int =
 
 
 def _tma(warps: int, block_k: int, block_t: int, num_stages: int, split_k: int = 1,
-         mma_v2: int = 0, chains: int = 2, rows_per_warp: int = FRAG_ROWS, esc_early: int = 0,
+         mma_v2: int = 1, chains: int = 2, rows_per_warp: int = FRAG_ROWS, esc_early: int = 0,
          esc_chunk: int = 1, decode: str = "prmt") -> dict:
     return {"kernel": "tma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "BLOCK_T": block_t,
@@ -204,10 +204,8 @@ SWEEP = [
     # M = 16 (79.5 vs 81.5 us, 2 warps x 128 pairs, 4 stages); at M = 64 2-10% faster on every
     # Qwen shape tried (qkvg 80.1 vs 85.3 us, q3_down 93.3 vs 104.1, gdn_out 40.5 vs 45.1), and
     # gate_up M = 32 105.1 vs 117.6, on 32-token tiles with no spilled register (159-212)
-    _tma(2, 128, 16, 4, mma_v2=1),
-    _tma(2, 64, 32, 3, mma_v2=1, rows_per_warp=32), _tma(2, 128, 32, 3, mma_v2=1),
-    _tma(4, 64, 32, 4, mma_v2=1), _tma(2, 128, 32, 3, 2, mma_v2=1),
-    _tma(4, 128, 32, 3, 4, mma_v2=1),
+    _tma(2, 128, 16, 4), _tma(2, 64, 32, 3, rows_per_warp=32), _tma(2, 128, 32, 3),
+    _tma(4, 64, 32, 4), _tma(2, 128, 32, 3, 2), _tma(4, 128, 32, 3, 4),
 ]
 
 

@@ -439,8 +439,7 @@ def tma_descriptors(x: torch.Tensor, packed: W12Tensor, w: int, fc: int,
                          f"(K={k}, K2={k2}) multiples of 16 bytes")
     if packed.planes.data_ptr() % 16 or not packed.planes.is_contiguous():
         raise ValueError("the tma kernel needs contiguous, 16-byte aligned planes")
-    rb, kb = packed.planes.shape[:2]
-    rows = packed.planes.view(rb, kb, 3, 2, TMA_ROW_BYTES)
+    rows = packed.planes.view(*packed.planes.shape[:2], 3, 2, TMA_ROW_BYTES)
     planes = TensorDescriptor.from_tensor(rows, [w, fc, 4, 2, TMA_ROW_BYTES])
     halves = TensorDescriptor(x, [m, 2, k2], [x.stride(0), k2, 1], [block_t, 2, FRAG_PAIRS * fc])
     return planes, halves
