@@ -17,7 +17,9 @@ step's two halves of chunks). ``ESC_EARLY`` (mma): 1 fetches each row's first ``
 escapes before the PDL wait and their x values right after it, so the epilogue walks only rows with
 more (the epilogue's walk costs two dependent loads per chunk); 2 fetches the same escapes before
 the wait but gathers their x values after the K loop: one round of loads in the epilogue instead
-of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue.
+of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue;
+3 (mma only) loads the rows' escape ranges before the wait and walks all their escapes right
+after it, before the K loop, holding only the sums through it.
 ``tma``: the mma kernel's tiles (no ``PREFETCH``; ``CHAINS`` 1 or 2) with the planes and x tiles
 copied by the Tensor Memory Accelerator through a ``num_stages``-deep shared-memory pipeline; K a
 multiple of 16. The planes' box rows are 256 bytes: with 32-byte rows (each plane's 16 rows of
@@ -60,7 +62,7 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
             "BLOCK_T": [8, 16, 32, 64], "num_stages": [2, 3, 4, 5, 6, 8], "MMA_V2": [0, 1],

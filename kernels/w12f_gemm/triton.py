@@ -250,8 +250,11 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     memory only for rows with more escapes than that; ``ESC_EARLY`` 2: the same escapes fetched
     before the wait, their x values gathered after the K loop instead (one round of loads in the
     epilogue, none in the prologue, where the first K step's planes and x tile hold the most
-    registers); without it the epilogue loads the rows' escape ranges and walks them all, two
-    dependent loads per escape."""
+    registers); ``ESC_EARLY`` 3: the rows' escape ranges load before the wait and the whole walk
+    of :func:`apply_escapes` runs right after it, before the K loop, so split 0's walk overlaps
+    the other programs' streaming instead of adding to the kernel's tail, and only its sums (one
+    fp32 per token and row) stay live through the loop; without any, the epilogue loads the rows'
+    escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -266,7 +269,9 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     if PREFETCH:
         early = load_planes(tiles + s_lo * (FC * 1536))
     rows = None
-    if ESC_EARLY > 0:
+    if ESC_EARLY == 3:
+        esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
+    elif ESC_EARLY > 0:
         esc_col, esc_delta, esc_start, esc_count = escape_slots(
             row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
         rows = (esc_start, esc_count)
@@ -274,6 +279,12 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     esc = None
     if ESC_EARLY == 1:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
+    if ESC_EARLY == 3:
+        # the whole walk now, while the other splits stream; none is left for the epilogue
+        esc = apply_escapes(tl.zeros([BLOCK_T, 16 * W], dtype=tl.float32), x_ptr, stride_xm,
+                            offs_t, M, esc_start, esc_count, 0, esc_col_ptr, esc_delta_ptr,
+                            ESC_CHUNK)
+        rows = (esc_start, esc_count * 0)
     acc0 = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)
     acc1 = acc0
     acc2 = acc0

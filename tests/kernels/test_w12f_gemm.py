@@ -118,9 +118,10 @@ CASES = [
     pytest.param(5, 1090, 70, mma(warps=2, bk=64, split=4, prefetch=1, chains=2, rows=32),
                  id="mma-32-rows-per-warp-split4"),
     # early escapes (ESC_EARLY 1): chunks of 1 (most rows have more: the epilogue walks the
-    # rest), 2 and 8; and each with late gathers (ESC_EARLY 2: their x read after the K loop)
+    # rest), 2 and 8; each with late gathers (ESC_EARLY 2: their x read after the K loop) and
+    # with the whole walk before the K loop (ESC_EARLY 3)
     *[pytest.param(m, k, n, {**config, "ESC_EARLY": early}, id=f"mma-esc-early-{early}-{name}")
-      for m, k, n, config, name in EARLY_ESCAPES for early in (1, 2)],
+      for m, k, n, config, name in EARLY_ESCAPES for early in (1, 2, 3)],
 ]
 
 
