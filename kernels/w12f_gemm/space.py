@@ -198,6 +198,12 @@ SWEEP = [
     # (results/h200-2026-12-03-w12f-esc-early2-probe.json, timed after the 20 ms warm-up)
     *[{**_mma(w, 256, 8, prefetch=1), "CHAINS": 2, "ESC_EARLY": 2, "ESC_CHUNK": 4}
       for w in (1, 2)],
+    # ESC_EARLY 3 (split 0's whole escape walk before the K loop) with chunks of 4 on the 2-warp
+    # 256-pair split-8 tile: gdn_out M = 4 15.9 us and M = 8 16.2 against 16.1 and 16.9 for the
+    # best late walk in the same run; level at M = 2, and no gain on q3_down (36.7 vs 36.7 us at
+    # M = 4). Escape-free weights run the same rows in 14.5-14.7 us
+    # (results/h200-2026-12-03-w12f-esc-first-probe.json)
+    {**_mma(2, 256, 8, 8, prefetch=1), "ESC_EARLY": 3, "ESC_CHUNK": 4},
     # M = 32 and 64: the M = 16 winners on wider token tiles (the table's winners at M = 32 and 64
     # were still the 16-token tiles, results/h200-2026-12-03-kernels-m32-64.json)
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
