@@ -20,6 +20,9 @@ the wait but gathers their x values after the K loop: one round of loads in the 
 of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue;
 3 (mma only) loads the rows' escape ranges before the wait and walks all their escapes right
 after it, before the K loop, holding only the sums through it.
+``WGMMA`` (mma; 4 or 8 warps, ``BLOCK_T`` 16 or more, ``MMA_V2`` 0): the A operand's columns
+labelled in ``wgmma``'s register order, so Triton's ``wgmma`` takes the decoded planes without
+moving them between lanes (``triton.py``).
 ``tma``: the mma kernel's tiles (no ``PREFETCH``; ``CHAINS`` 1 or 2) with the planes and x tiles
 copied by the Tensor Memory Accelerator through a ``num_stages``-deep shared-memory pipeline; K a
 multiple of 16. The planes' box rows are 256 bytes: with 32-byte rows (each plane's 16 rows of
@@ -62,13 +65,15 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3]},
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3],
+            "WGMMA": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
             "BLOCK_T": [8, 16, 32, 64], "num_stages": [2, 3, 4, 5, 6, 8], "MMA_V2": [0, 1],
             "CHAINS": [1, 2], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2]},
 }
-ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0},
+ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0,
+                          "WGMMA": 0},
                   "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
@@ -136,6 +141,12 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         budget = _TMA_SMEM_BUDGET if kernel == "tma" else _SMEM_BUDGET
         if config["num_stages"] > 1 and smem > budget:
             raise ValueError(f"{kernel} pipeline needs {smem} B of shared memory > {budget}")
+    if kernel == "mma" and config["WGMMA"]:
+        if config["MMA_V2"] or config["num_warps"] % 4 or config["BLOCK_T"] < 16:
+            raise ValueError("WGMMA labels the A operand for wgmma, which Triton emits on 4 or 8 "
+                             "warps with 16 or more tokens and MMA_V2 0: got MMA_V2="
+                             f"{config['MMA_V2']}, num_warps={config['num_warps']}, "
+                             f"BLOCK_T={config['BLOCK_T']}")
     if kernel == "tma" and k % 16:
         raise ValueError(f"the tma kernel copies x's two halves as 16-byte rows: K={k} must be "
                          "a multiple of 16")
@@ -147,7 +158,7 @@ def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int =
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
-            "ESC_EARLY": esc_early}
+            "ESC_EARLY": esc_early, "WGMMA": 0}
 
 
 def _tma(warps: int, block_k: int, block_t: int, num_stages: int, split_k: int = 1,

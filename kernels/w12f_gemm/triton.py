@@ -58,6 +58,15 @@ between) was 0.96-1.50x the loop, and the next step's planes carried as loop val
 pick a 2-wide operand and reorder the planes every step (results/h200-2026-12-03-w12f-unroll-probe
 .json, commit c885787).
 
+``WGMMA`` (4 or 8 warps, 16 or more tokens, ``MMA_V2`` 0, where Triton emits ``wgmma`` with the
+A operand in registers and x in shared memory): ``wgmma`` reads a lane's A columns in the order
+``2 t, 2 t + 1, 2 t + 8, 2 t + 9`` of each 16, where the planes hold ``4 t ... 4 t + 3``; in the
+mma.sync labels Triton shuffles every plane byte across lanes (48 ``SHFL`` per K step on 4 warps
+x 128 pairs). Any labelling of a K step's columns is a valid product as long as x's columns carry
+the same one, so :func:`frag_to_a` can label the stored pair ``4 t + 2 e1 + e0`` of each 16 as
+column ``8 e1 + 2 t + e0`` and :func:`label_x` moves x's pairs to match (in registers, after a
+16-byte load): no shuffle, and the only cost a byte reorder inside each thread.
+
 Escapes, split K and summation order follow :mod:`specpilot.kernels.w12_gemm.triton`: the split
 that owns the first K steps applies the escapes, split partials are summed in split order by the
 last program to arrive (same inputs, same bits).
@@ -107,13 +116,28 @@ def tile_offsets(pid_n, RB, KB, W: tl.constexpr, FC: tl.constexpr):
 
 
 @triton.jit
-def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr):
+def frag_to_a(t, FC: tl.constexpr, W: tl.constexpr, WGMMA: tl.constexpr = False):
     """A decoded plane tile as loaded (chunk, row block, lane (g, t), byte (e3, e2, e1 e0)) -> the
     ``[16 W, 32 FC]`` tile: byte e of lane (g, t) of row block w in chunk c is row ``16 w + 8 e2 +
     g``, pair column ``32 c + 16 e3 + 4 t + (e1 e0)``."""
-    t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])
-    t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
+    if WGMMA:
+        t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 2, 2])
+        t = tl.permute(t, [1, 5, 2, 0, 4, 6, 3, 7])  # rows (w, e2, g), labels (c, e3, e1, t, e0)
+    else:
+        t = tl.reshape(t, [FC, W, 8, 4, 2, 2, 4])
+        t = tl.permute(t, [1, 5, 2, 0, 4, 3, 6])  # rows (w, e2, g), pairs (c, e3, t, e1 e0)
     return tl.reshape(t, [16 * W, 32 * FC])
+
+
+@triton.jit
+def label_x(x, FS: tl.constexpr, WGMMA: tl.constexpr):
+    """An x tile ``[32 FS, tokens]`` as loaded (stored pair order) -> in the A operand's column
+    labels (:func:`frag_to_a`): itself, or under ``WGMMA`` the 16-pair groups' stored pairs
+    ``4 t + 2 e1 + e0`` moved to labels ``8 e1 + 2 t + e0``."""
+    if WGMMA:
+        x = tl.reshape(x, [FS, 2, 4, 2, 2, x.shape[1]])
+        x = tl.reshape(tl.permute(x, [0, 1, 3, 2, 4, 5]), [32 * FS, x.shape[5]])
+    return x
 
 
 @triton.jit
@@ -189,7 +213,8 @@ def dot_halves(acc_a, acc_b, a, b, xa, xb, X_F32: tl.constexpr):
 
 @triton.jit
 def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.constexpr,
-               W: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr):
+               W: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
+               WGMMA: tl.constexpr = False):
     """:func:`dot_halves` of the ``FS``-chunk tile of planes loaded at pair column ``j0``, decoded,
     against its x columns."""
     offs_j = j0 + tl.arange(0, 32 * FS)
@@ -197,15 +222,17 @@ def mma_halves(acc_a, acc_b, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS: tl.
                  other=0.0)
     xb = tl.load(x_cols + K2 + offs_j[:, None], mask=(K2 + offs_j < K)[:, None] & t_mask[None, :],
                  other=0.0)
-    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FS, W)
-    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FS, W)
+    xa = label_x(xa, FS, WGMMA)
+    xb = label_x(xb, FS, WGMMA)
+    a = frag_to_a(w12_decode_scaled(sm_a, nib, False, ASM), FS, W, WGMMA)
+    b = frag_to_a(w12_decode_scaled(sm_b, nib, True, ASM), FS, W, WGMMA)
     return dot_halves(acc_a, acc_b, a, b, xa, xb, X_F32)
 
 
 @triton.jit
 def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constexpr,
              FS: tl.constexpr, W: tl.constexpr, CHAINS: tl.constexpr, ASM: tl.constexpr,
-             X_F32: tl.constexpr, early=None):
+             X_F32: tl.constexpr, early=None, WGMMA: tl.constexpr = False):
     """The accumulators plus K step ``s`` (planes at ``p``, or ``early``: the first sub-step's,
     loaded before the PDL wait). ``CHAINS`` independent MMA accumulator chains: 1 (``acc0``
     only), 2 (low halves into ``acc0``, high halves into ``acc1``), 4 (the step as two sub-steps
@@ -219,13 +246,13 @@ def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constex
     j0 = s * (32 * FC)
     if CHAINS == 1:
         acc0, _ = mma_halves(acc0, None, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS, W, ASM,
-                             X_F32)
+                             X_F32, WGMMA)
     else:
         acc0, acc1 = mma_halves(acc0, acc1, nib, sm_a, sm_b, x_cols, t_mask, j0, K, K2, FS, W,
-                                ASM, X_F32)
+                                ASM, X_F32, WGMMA)
     if CHAINS == 4:
         acc2, acc3 = mma_halves(acc2, acc3, nib1, sm_a1, sm_b1, x_cols, t_mask, j0 + 32 * FS, K,
-                                K2, FS, W, ASM, X_F32)
+                                K2, FS, W, ASM, X_F32, WGMMA)
     return acc0, acc1, acc2, acc3
 
 
@@ -235,7 +262,8 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                         W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
                         ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, CHAINS: tl.constexpr,
-                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr):
+                        PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr,
+                        WGMMA: tl.constexpr):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
     per row: the launcher checks; no split is empty), summed in ``CHAINS`` independent accumulators
@@ -292,11 +320,11 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     if PREFETCH:
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_lo * (FC * 1536),
                                           x_cols, t_mask, s_lo, K, K2, FC, FS, W, CHAINS, ASM,
-                                          X_F32, early)
+                                          X_F32, early, WGMMA)
     for s in range(s_lo + PREFETCH, s_hi):
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
                                           x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
-                                          X_F32)
+                                          X_F32, None, WGMMA)
     if CHAINS >= 2:
         acc0 += acc1
     if CHAINS == 4:
@@ -507,7 +535,8 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
         with mma_v2_compile(cfg["MMA_V2"]):
             w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
                                       CHAINS=cfg["CHAINS"], ESC_EARLY=cfg["ESC_EARLY"],
-                                      MMA_V2=bool(cfg["MMA_V2"]), **meta)
+                                      MMA_V2=bool(cfg["MMA_V2"]), WGMMA=bool(cfg["WGMMA"]),
+                                      **meta)
     return _test_corrupt(out, cfg)
 
 

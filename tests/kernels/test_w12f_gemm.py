@@ -122,6 +122,10 @@ CASES = [
     # with the whole walk before the K loop (ESC_EARLY 3)
     *[pytest.param(m, k, n, {**config, "ESC_EARLY": early}, id=f"mma-esc-early-{early}-{name}")
       for m, k, n, config, name in EARLY_ESCAPES for early in (1, 2, 3)],
+    # the A columns in wgmma's labels (WGMMA 1): x's pairs moved to the same labels
+    pytest.param(17, 260, 64, {**mma(warps=4, bk=32, block_t=16), "WGMMA": 1}, id="mma-wgmma"),
+    pytest.param(19, 1090, 70, {**mma(warps=4, bk=64, block_t=16, split=4, prefetch=1,
+                                      chains=4), "WGMMA": 1}, id="mma-wgmma-4-chains-split4"),
 ]
 
 
@@ -184,7 +188,7 @@ def test_tma_kernel_gives_the_mma_kernels_bits(m, k, n, config):
     exact, abs_sum = gemm_exact(x, w)
     out = w12f_gemm.linear(x, packed, config)
     assert check_close("w12f tma", out, exact, abs_sum).ok
-    twin = {**config, "kernel": "mma", "num_stages": 1, "PREFETCH": 0}
+    twin = {**config, "kernel": "mma", "num_stages": 1, "PREFETCH": 0, "WGMMA": 0}
     assert torch.equal(out, w12f_gemm.linear(x, packed, twin))
 
 
@@ -305,7 +309,7 @@ ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr":
         "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
-mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": 0}
+mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": 0, "WGMMA": False}
 for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                             ("mma-4-chains", ft.w12f_fwd_kernel_mma, {**mma, "CHAINS": 4}),
                             ("mma-32-rows", ft.w12f_fwd_kernel_mma, {**mma, "W": 4}),
@@ -330,6 +334,13 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                                if re.search(r"ld\\.global[\\w.:]*\\.b16", ln)],
             "mma_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
                           if "mma.sync" in ln]}
+wg = {**mma, "W": 4, "BLOCK_T": 16, "MMA_V2": False, "PREFETCH": True}
+for name, labels in (("wgmma", True), ("wgmma-mma-labels", False)):
+    c = compile_sm90(ft.w12f_fwd_kernel_mma, {**common, **wg, "WGMMA": labels}, 4, 1, ptrs,
+                     ("N", "K", "K2", "stride_xm", "KB"))
+    out[name] = {"ops": collections.Counter(opcode(i) for i in
+                                            main_loop(disassemble(c.asm["cubin"]))),
+                 "warp_group_dots": c.asm["ttgir"].count("ttng.warp_group_dot ")}
 tma_ptrs = {**ptrs, "planes_desc": "tensordesc<u8[2, 4, 4, 2, 256]>",
             "x_desc": "tensordesc<bf16[8, 2, 128]>"}
 tma = {**common, "BLOCK_T": 8, "CHAINS": 2, "ESC_EARLY": 0, "MMA_V2": False}
@@ -401,6 +412,19 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     assert late["plane_loads"] == 12 and late["ops"]["HMMA"] == mma_ops["HMMA"]
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
+
+
+def test_wgmma_labels_keep_the_planes_in_their_lanes():
+    """sm_90a compile of the 4-warp, 16-token, 128-pair tile with ``MMA_V2`` 0 (Triton emits
+    ``wgmma`` with the decoded A operand in registers and x in shared memory): in wgmma's column
+    labels (``WGMMA`` 1) the K loop moves no plane byte between lanes and reads no x fragment
+    back from shared memory; in the mma.sync labels the A operand needs cross-lane shuffles."""
+    got = compiled()
+    wgmma, other = (collections.Counter(got[k]["ops"]) for k in ("wgmma", "wgmma-mma-labels"))
+    assert got["wgmma"]["warp_group_dots"] >= 2 and wgmma["HGMMA"] == 16
+    assert wgmma["SHFL"] == 0 and wgmma["LDS"] == 0 and wgmma["HMMA"] == 0
+    assert wgmma["LDG"] == 16  # 12 plane loads, 4 x tile loads
+    assert other["HGMMA"] == 16 and other["SHFL"] >= 32
 
 
 def test_tma_kernel_reads_planes_from_shared_memory_in_the_a_layout():
