@@ -129,7 +129,8 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         if config["CHAINS"] == 4 and config["BLOCK_K"] % (2 * FRAG_PAIRS):
             raise ValueError(f"CHAINS=4 splits each K step in two: BLOCK_K={config['BLOCK_K']} "
                              f"must be an even number of {FRAG_PAIRS}-pair blocks")
-        if config["BLOCK_T"] > max(8, next_pow2(m)):
+        # wgmma needs 16 tokens (WGMMA), so below M = 16 it pads to them
+        if config["BLOCK_T"] > max(16 if config.get("WGMMA") else 8, next_pow2(m)):
             raise ValueError(f"BLOCK_T={config['BLOCK_T']} pads M={m} past the next power of "
                              "two: a smaller tile computes the same")
         planes = 3 + (kernel == "tma")  # the TMA box holds a fourth, zero-filled plane
