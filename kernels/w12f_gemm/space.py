@@ -155,11 +155,11 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
 
 def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int = 0,
          decode: str = "prmt", prefetch: int = 0, rows_per_warp: int = FRAG_ROWS,
-         esc_early: int = 0, esc_chunk: int = 1) -> dict:
+         esc_early: int = 0, esc_chunk: int = 1, wgmma: int = 0) -> dict:
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
-            "ESC_EARLY": esc_early, "WGMMA": 0}
+            "ESC_EARLY": esc_early, "WGMMA": wgmma}
 
 
 def _tma(warps: int, block_k: int, block_t: int, num_stages: int, split_k: int = 1,
@@ -219,6 +219,14 @@ SWEEP = [
     # M = 32 and 64: the M = 16 winners on wider token tiles (the table's winners at M = 32 and 64
     # were still the 16-token tiles, results/h200-2026-12-03-kernels-m32-64.json)
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),
+    # wgmma with the decoded planes in registers (WGMMA, 4 warps, PREFETCH): the fastest config
+    # on all 7 rows at M = 32, 5-17% ahead of the mma.sync and TMA tiles (q3_gate_up 100.6 vs
+    # 107.5 us, mg_down 69.8 vs 84.2), and on the narrow rows at M = 16 by 1-4% (q3_down 41.1 vs
+    # 42.8); level or behind on the wide rows at M = 16 (results/h200-2026-12-04-w12f-wgmma-probe
+    # .json)
+    *[_mma(4, block_k, block_t, split_k, prefetch=1, wgmma=1) for block_k, block_t, split_k in (
+        (256, 32, 1), (128, 32, 2), (256, 32, 2), (256, 32, 8), (64, 16, 8), (128, 16, 8),
+        (256, 16, 8))],
     # The TMA kernel (planes in 256-byte box rows), beside the same run's mma winners
     # (results/h200-2026-12-03-w12f-tma-probe.json): 7-13% slower at M = 2-16 except gate_up
     # M = 16 (79.5 vs 81.5 us, 2 warps x 128 pairs, 4 stages); at M = 64 2-10% faster on every
