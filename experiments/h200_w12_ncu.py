@@ -52,7 +52,7 @@ _BF16_DOT = {"kernel": "dot", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_
 _W12F = {"kernel": "mma", "SPLIT_K": 1, "DECODE": "prmt", "ESC_CHUNK": 1, "PREFETCH": 1,
          "num_stages": 1, "MMA_V2": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0}
 _BF16_TMA = {"kernel": "tma", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4,
-             "num_stages": 5, "MMA_V2": 0, "BLOCK_T_MIN": 16, "WARP_SPEC": 0}
+             "num_stages": 5, "MMA_V2": 0, "BLOCK_T_MIN": 16}
 _BF16_TMA_SK = {"kernel": "tma_sk", "BLOCK_N": 64, "BLOCK_K": 128, "PROGRAMS_PER_SM": 1,
                 "num_warps": 4, "num_stages": 4, "MMA_V2": 0, "BLOCK_T_MIN": 16}
 

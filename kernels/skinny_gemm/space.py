@@ -78,7 +78,7 @@ PARAMS = {
         "MMA_V2": [0, 1],
         "BLOCK_T_MIN": [16, 8, 4],
     },
-    "tma": {**_TMA_TILES, "SPLIT_K": [1, 2, 4, 8], "WARP_SPEC": [0, 1]},
+    "tma": {**_TMA_TILES, "SPLIT_K": [1, 2, 4, 8]},
     "tma_sk": {**_TMA_TILES, "PROGRAMS_PER_SM": [1, 2, 3, 4]},  # the same tiles, stream-K
     "dot_sk": {
         "BLOCK_N": [32, 64, 128],
@@ -115,10 +115,10 @@ def _config(kernel: str, block_n: int, block_k: int, split_k: int, num_warps: in
 
 
 def _tma(block_n: int, block_k: int, split_k: int, num_warps: int, num_stages: int,
-         mma_v2: int = 0, t_min: int = 16, warp_spec: int = 0) -> dict:
+         mma_v2: int = 0, t_min: int = 16) -> dict:
     return {"kernel": "tma", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k,
             "num_warps": num_warps, "num_stages": num_stages, "MMA_V2": mma_v2,
-            "BLOCK_T_MIN": t_min, "WARP_SPEC": warp_spec}
+            "BLOCK_T_MIN": t_min}
 
 
 SWEEP = [
@@ -245,8 +245,7 @@ SWEEP = [
 # kernels.tuning.ops.complete_config).
 ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "L2_PREFETCH": 0},
                   "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0, "BLOCK_T_MIN": 16},
-                  "dot_sk": {"MMA_V2": 0, "BLOCK_T_MIN": 16},
-                  "tma": {"WARP_SPEC": 0}}
+                  "dot_sk": {"MMA_V2": 0, "BLOCK_T_MIN": 16}}
 
 TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
@@ -330,23 +329,11 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         check_t_min(config, m)
         if kernel in ("tma", "tma_sk") and k % 8:
             raise ValueError(f"the tma kernel needs K a multiple of 8 (16-byte rows), got K={k}")
-        if config.get("WARP_SPEC"):
-            check_warp_spec(config)
         smem = (config["num_stages"] * (config["BLOCK_N"] + token_tile(config, m))
                 * config["BLOCK_K"] * 2)
         budget = _TMA_SMEM_BUDGET if kernel in ("tma", "tma_sk") else _SMEM_BUDGET
         if smem > budget:
             raise ValueError(f"{kernel} pipeline needs {smem} B of shared memory > {budget}")
-
-
-def check_warp_spec(config: dict) -> None:
-    """Triton specializes the warps of a wgmma loop only: one warpgroup (4 warps) over at least
-    64 weight rows (wgmma's M), on wgmma (``MMA_V2`` 0); elsewhere it would silently compile the
-    unspecialized twin, so those configs are refused."""
-    if config["num_warps"] != 4 or config["BLOCK_N"] < 64 or config["MMA_V2"]:
-        raise ValueError("WARP_SPEC=1 needs num_warps=4, BLOCK_N >= 64 and MMA_V2=0 (a wgmma "
-                         f"warpgroup), got num_warps={config['num_warps']}, "
-                         f"BLOCK_N={config['BLOCK_N']}, MMA_V2={config['MMA_V2']}")
 
 
 def check_gemv_tile(config: dict, m: int) -> None:
@@ -362,7 +349,7 @@ def check_gemv_tile(config: dict, m: int) -> None:
 # Parameters whose value must be one of their listed choices (0 means "off", for BLOCK_T "M
 # decides").
 CHOICE_KEYS = ("DECODE", "PDL", "MAX_REGS", "ESC_EARLY", "PREFETCH", "L2_PREFETCH", "BLOCK_T",
-               "MMA_V2", "BLOCK_T_MIN", "WARP_SPEC")
+               "MMA_V2", "BLOCK_T_MIN")
 
 
 def check_param(name: str, value, choices: list) -> None:

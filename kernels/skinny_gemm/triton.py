@@ -242,16 +242,12 @@ def skinny_gemm_fwd_kernel_dot(x_ptr, w_ptr, out_ptr, ws_ptr, lock_ptr, M, N, K,
 def skinny_gemm_fwd_kernel_tma(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, N, K, k_per_split,
                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr, PDL: tl.constexpr,
-                               MMA_V2: tl.constexpr, WARP_SPEC: tl.constexpr):
+                               MMA_V2: tl.constexpr):
     """Grid (N / BLOCK_N, M / BLOCK_T, SPLIT_K); ``w_desc`` over ``w [N, K]`` in
     ``[BLOCK_N, BLOCK_K]`` boxes, ``x_desc`` over ``x [M, K]`` in ``[BLOCK_T, BLOCK_K]`` boxes ->
     ``out [M, N]``. The descriptors zero-fill past the tensor, so padding multiplies zeros and
     nothing is masked. Split s covers ``[s * k_per_split, ...)``, whole K steps (splitk_plan).
-    ``MMA_V2`` only keys the compile (:mod:`specpilot.kernels.common.mma`). ``WARP_SPEC``: Triton
-    splits the K loop into a producer warp that only issues the TMA copies and consumer
-    warpgroups that only multiply (its automatic warp specialization, sm_90: 4 warps become
-    3 warpgroups), so the copies run ahead of the multiplies without sharing their warps'
-    issue slots; the same products in the same order."""
+    ``MMA_V2`` only keys the compile (:mod:`specpilot.kernels.common.mma`)."""
     pid_n = tl.program_id(0)
     pid_t = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -259,7 +255,7 @@ def skinny_gemm_fwd_kernel_tma(w_desc, x_desc, out_ptr, ws_ptr, lock_ptr, M, N, 
     k_hi = tl.minimum(k_lo + k_per_split, K)
     pdl_start(PDL)
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for k0 in tl.range(k_lo, k_hi, BLOCK_K, warp_specialize=WARP_SPEC):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         w = w_desc.load([pid_n * BLOCK_N, k0])
         x = x_desc.load([pid_t * BLOCK_T, k0])
         acc = dot_bf16(w, tl.trans(x), acc)
@@ -436,8 +432,8 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
         with mma_v2_compile(cfg["MMA_V2"]):
             skinny_gemm_fwd_kernel_tma[(plan.grid_n, plan.grid_t, plan.splits)](
                 *descs, out, plan.workspace, plan.locks, m, n, k, plan.k_per_split,
-                BLOCK_T=plan.block_t, MMA_V2=bool(cfg["MMA_V2"]),
-                WARP_SPEC=bool(cfg["WARP_SPEC"]), **meta, **pdl_launch(x.device))
+                BLOCK_T=plan.block_t, MMA_V2=bool(cfg["MMA_V2"]), **meta,
+                **pdl_launch(x.device))
         return _corrupt_if_asked(out, cfg)
     # rows must start 16-byte aligned for the L2 prefetch (prefetch.py)
     aligned = weight.stride(0) % 8 == 0 and weight.data_ptr() % 16 == 0

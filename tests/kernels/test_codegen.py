@@ -281,28 +281,11 @@ def test_tma_kernel_copies_whole_tiles_with_the_tensor_memory_accelerator(mma_v2
     mma.sync."""
     code = ptx("skinny_gemm_fwd_kernel_tma",
                {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 16, "SPLIT_K": 1, "PDL": True,
-                "MMA_V2": mma_v2, "WARP_SPEC": False}, 4, 4, op="skinny_gemm")
+                "MMA_V2": mma_v2}, 4, 4, op="skinny_gemm")
     assert "cp.async.bulk.tensor.2d" in code
     assert mma in code
     assert not re.search(r"cp\.async\.c[ag]\.", code)
     assert "ld.global" not in code
-
-
-def test_tma_warp_spec_splits_copies_from_multiplies():
-    """``WARP_SPEC``: the 4-warp tma kernel compiles to 3 warpgroups (384 threads) whose
-    producer issues the K loop's copies once per step (the unspecialized twin unrolls them into
-    a prologue), and whose consumers multiply on wgmma; registers are rebalanced between them."""
-    base = {"BLOCK_N": 64, "BLOCK_K": 128, "BLOCK_T": 32, "SPLIT_K": 1, "PDL": True,
-            "MMA_V2": False}
-    plain = ptx("skinny_gemm_fwd_kernel_tma", {**base, "WARP_SPEC": False}, 4, 4,
-                op="skinny_gemm")
-    code = ptx("skinny_gemm_fwd_kernel_tma", {**base, "WARP_SPEC": True}, 4, 4,
-               op="skinny_gemm")
-    assert ".reqntid 128" in plain and ".reqntid 384" in code
-    assert "setmaxnreg" in code and "setmaxnreg" not in plain
-    assert "wgmma.mma_async" in code
-    copies = len(re.findall(r"cp\.async\.bulk\.tensor\.2d", code))
-    assert 0 < copies < len(re.findall(r"cp\.async\.bulk\.tensor\.2d", plain))
 
 
 @pytest.mark.parametrize("num_stages", [3, 4])

@@ -25,9 +25,9 @@ def dot(bn=16, bk=16, split=1, prefetch=0, mma_v2=0, t_min=16):
             "BLOCK_T_MIN": t_min}
 
 
-def tma(bn=32, bk=16, split=1, mma_v2=0, t_min=16, warp_spec=0):
+def tma(bn=32, bk=16, split=1, mma_v2=0, t_min=16):
     return {"kernel": "tma", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4,
-            "num_stages": 2, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min, "WARP_SPEC": warp_spec}
+            "num_stages": 2, "MMA_V2": mma_v2, "BLOCK_T_MIN": t_min}
 
 
 def streamk(bn=8, bk=16, programs=None):
@@ -92,8 +92,6 @@ CASES = [
     pytest.param(5, 72, 45, tma(t_min=8, mma_v2=1), id="M5-K72-N45-bf16-tma-8-token-tile"),
     pytest.param(17, 200, 45, tma(bn=64, bk=32, split=2), id="M17-K200-N45-bf16-tma-split2"),
     pytest.param(70, 64, 33, tma(), id="M70-K64-N33-bf16-tma-token-tiles"),
-    pytest.param(17, 200, 70, tma(bn=64, bk=32, split=2, warp_spec=1),
-                 id="M17-K200-N70-bf16-tma-warp-specialized-split2"),
     # The TMA tiles under stream-K, one flat loop per program, 2 row tiles x 5 K steps (the last
     # half past K): 1 slot (both tiles data-parallel in one loop, a tile boundary inside it); 3
     # (no round, 4 steps each, one range ending inside a tile and going on in the next); 4; the
@@ -223,8 +221,6 @@ def test_strided_x_and_empty_shapes():
     (dot(bn=8), 2, "BLOCK_N >= 16"),
     (dot(t_min=8), 16, "BLOCK_T_MIN=8 pads only M below 16"),
     (dot(t_min=2), 4, "BLOCK_T_MIN"),
-    (tma(warp_spec=1), 4, "WARP_SPEC=1 needs num_warps=4, BLOCK_N >= 64"),
-    (tma(bn=64, mma_v2=1, warp_spec=1), 4, "MMA_V2=0"),
     ({"kernel": "mma"}, 2, "kernel"),
 ])
 def test_bad_config_is_rejected(config, m, message):
