@@ -306,8 +306,12 @@ class Campaign:
         if trials_key in self.done:
             return self.done[trials_key].get("entry")
         asked = ka.ask_configs(study, space, m, self.config.kernel_trials)
+        # each config within its share of the job's limit (a hung one is killed in the worker,
+        # the rest still report), leaving two shares for the trial processes' start-ups
+        config_timeout_s = self.config.trial_timeout_s / (len(asked) + 2)
         job = Job(trials_key, self._job_spec("kernel", op=ka.KERNEL_OP, m=m, n=n, k=k, reps=reps,
-                                             configs=[c for _, c in asked]),
+                                             configs=[c for _, c in asked],
+                                             config_timeout_s=config_timeout_s),
                   {"round": round_, "kind": "kernel", "mechanism": f"kernel:{n}x{k}@m{m}"})
         result = self._execute([job])[trials_key]
         if result.get("state") != "ok":

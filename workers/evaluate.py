@@ -215,27 +215,30 @@ def _median(values: list[float]) -> float | None:
 
 
 def kernel(job: dict) -> dict:
-    """Check then time each config of ``job['configs']`` for one op and shape."""
-    import torch
+    """Check then time each config of ``job['configs']`` for one op and shape. On a GPU (or with
+    ``isolate``) each config runs in a child process killed after ``config_timeout_s``: a config
+    that hangs the device is reported ``timeout`` and the others still get their results."""
+    from specpilot.kernels.tuning.isolate import CaseSpec
+    from specpilot.kernels.tuning.isolate import trial_runner
+    from specpilot.kernels.tuning.ops import space_of
 
-    from specpilot.kernels.tuning.ops import get_op
-    from specpilot.kernels.tuning.study import evaluate as evaluate_config
-
-    device = torch.device(job["device"])
-    op = get_op(job["op"])
+    space = space_of(job["op"])
     m, n, k = job["m"], job["n"], job["k"]
-    case = op.make_case(m, n, k, device, job.get("seed", 0), 1)
+    spec = CaseSpec(job["op"], m, n, k, job["device"], job.get("seed", 0), 1)
     results = []
-    for config in job["configs"]:
-        try:
-            op.space.validate(config, m, n, k)
-        except ValueError as err:
-            results.append({"state": "invalid", "detail": str(err)})
-            continue
-        state, timing, detail = evaluate_config(op, case, config, device, job.get("reps", 20))
-        results.append({"state": state, "detail": detail,
-                        "timing": timing.to_dict() if timing is not None else None})
-    return {"results": results, "traffic_bytes": case.traffic.bytes_moved}
+    with trial_runner(spec, job.get("reps", 20), job.get("isolate"),
+                      job.get("config_timeout_s", 120.0)) as runner:
+        for config in job["configs"]:
+            try:
+                space.validate(config, m, n, k)
+            except ValueError as err:
+                results.append({"state": "invalid", "detail": str(err)})
+                continue
+            state, timing, detail = runner.evaluate(config)
+            results.append({"state": state, "detail": detail,
+                            "timing": timing.to_dict() if timing is not None else None})
+        traffic = runner.traffic
+    return {"results": results, "traffic_bytes": traffic.bytes_moved}
 
 
 def kernel_survey(job: dict) -> dict:

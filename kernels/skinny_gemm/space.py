@@ -247,7 +247,7 @@ ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "L2_PREFETCH": 0},
                   "dot": {"PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0, "BLOCK_T_MIN": 16},
                   "dot_sk": {"MMA_V2": 0, "BLOCK_T_MIN": 16}}
 
-TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
+TEST_ONLY_KEYS = ("_test_corrupt", "_test_hang", "_test_programs")
 _SMEM_BUDGET = 160 * 1024
 # The TMA kernels run on sm_90+ only, whose blocks may opt in to 227 KB of shared memory (H100,
 # H200, B200): their pipelines may use most of it (the rest: barriers, the epilogue's scratch).

@@ -35,6 +35,8 @@ from specpilot.kernels.common.streamk import store_tile
 from specpilot.kernels.common.streamk import streamk_finish
 from specpilot.kernels.common.streamk import streamk_range
 from specpilot.kernels.common.streamk import streamk_write
+from specpilot.kernels.common.test_keys import corrupt_if_asked
+from specpilot.kernels.common.test_keys import hang_if_asked
 from specpilot.kernels.skinny_gemm import space
 
 
@@ -405,27 +407,28 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
         return out.zero_()
     plan = plan_skinny("skinny_gemm", config, m, n, k, k, x.device, space)
     cfg = plan.cfg
+    hang_if_asked(x, cfg)
     meta = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     if cfg["kernel"] == "gemv_sk":
         skinny_gemm_fwd_kernel_gemv_sk[(plan.programs,)](
             x, weight, out, plan.workspace, plan.locks, m, n, k, weight.stride(0),
             *plan.schedule, **plan.options, **meta)
-        return _corrupt_if_asked(out, cfg)
+        return corrupt_if_asked(out, cfg)
     if cfg["kernel"] == "dot_sk":
         with mma_v2_compile(cfg["MMA_V2"]):
             skinny_gemm_fwd_kernel_dot_sk[(plan.programs,)](
                 x, weight, out, plan.workspace, plan.locks, m, n, k, x.stride(0),
                 weight.stride(0), *plan.schedule, BLOCK_T=plan.rows, MMA_V2=bool(cfg["MMA_V2"]),
                 **plan.options, **meta)
-        return _corrupt_if_asked(out, cfg)
+        return corrupt_if_asked(out, cfg)
     if cfg["kernel"] == "tma_sk":
         descs = tma_descriptors(x, weight, cfg["BLOCK_N"], cfg["BLOCK_K"], plan.rows)
         with mma_v2_compile(cfg["MMA_V2"]):
             skinny_gemm_fwd_kernel_tma_sk[(plan.programs,)](
                 *descs, out, plan.workspace, plan.locks, m, n, k, *plan.schedule,
                 BLOCK_T=plan.rows, MMA_V2=bool(cfg["MMA_V2"]), **meta, **pdl_launch(x.device))
-        return _corrupt_if_asked(out, cfg)
+        return corrupt_if_asked(out, cfg)
     meta["SPLIT_K"] = plan.splits
     if cfg["kernel"] == "tma":
         descs = tma_descriptors(x, weight, cfg["BLOCK_N"], cfg["BLOCK_K"], plan.block_t)
@@ -434,7 +437,7 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
                 *descs, out, plan.workspace, plan.locks, m, n, k, plan.k_per_split,
                 BLOCK_T=plan.block_t, MMA_V2=bool(cfg["MMA_V2"]), **meta,
                 **pdl_launch(x.device))
-        return _corrupt_if_asked(out, cfg)
+        return corrupt_if_asked(out, cfg)
     # rows must start 16-byte aligned for the L2 prefetch (prefetch.py)
     aligned = weight.stride(0) % 8 == 0 and weight.data_ptr() % 16 == 0
     meta["L2_PREFETCH"] = cfg["L2_PREFETCH"] if aligned else 0
@@ -450,10 +453,4 @@ def skinny_gemm(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype | 
                 weight.stride(0), plan.k_per_split, BLOCK_T=plan.block_t,
                 PREFETCH=bool(cfg["PREFETCH"]), MMA_V2=bool(cfg["MMA_V2"]), **meta,
                 **pdl_launch(x.device))
-    return _corrupt_if_asked(out, cfg)
-
-
-def _corrupt_if_asked(out: torch.Tensor, cfg: dict) -> torch.Tensor:
-    if cfg.get("_test_corrupt"):
-        out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
-    return out
+    return corrupt_if_asked(out, cfg)

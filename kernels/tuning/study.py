@@ -2,9 +2,12 @@
 
 Every trial's result is checked against the fp64 exact result before it is timed; a config that
 computes a wrong result, fails to compile or crashes is told to Optuna as FAIL and never timed
-(STYLE.md item 14). Invalid combinations (e.g. a tile over the register budget) are FAIL too but do
-not use up the trial budget. The best checked config goes to the disk cache
-(:mod:`specpilot.kernels.tuning.cache`). Optuna is imported here only, never by the engine.
+(STYLE.md item 14). On a GPU each config runs in a child process within a time limit
+(:mod:`specpilot.kernels.tuning.isolate`): one that hangs the device is killed and told as FAIL
+with state ``"timeout"``, and the study goes on in a fresh process. Invalid combinations (e.g. a
+tile over the register budget) are FAIL too but do not use up the trial budget. The best checked
+config goes to the disk cache (:mod:`specpilot.kernels.tuning.cache`). Optuna is imported here
+only, never by the engine.
 """
 
 import dataclasses
@@ -25,6 +28,8 @@ from specpilot.kernels.common.roofline import ceiling_for
 from specpilot.kernels.common.roofline import place
 from specpilot.kernels.skinny_gemm.space import PTX_ONLY
 from specpilot.kernels.tuning import cache
+from specpilot.kernels.tuning.isolate import CaseSpec
+from specpilot.kernels.tuning.isolate import trial_runner
 from specpilot.kernels.tuning.ops import Case
 from specpilot.kernels.tuning.ops import TunableOp
 from specpilot.kernels.tuning.ops import complete_config
@@ -125,6 +130,7 @@ def _storage(storage: str | None, directory: Path):
 def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device: str = "cuda",
          seed: int = 0, storage: str | None = None, directory: Path | None = None,
          force: bool = False, extra_params: dict | None = None, reps: int = 20,
+         isolate: bool | None = None, trial_timeout_s: float = 120.0,
          log: Callable[[str], None] = print) -> list[TuneResult]:
     """Tune ``op`` for a weight ``[n, k]`` at each M in ``ms``; returns one result per M.
 
@@ -139,6 +145,9 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
         extra_params: more categorical parameters merged into every config; the enqueued sweep
             cycles through their choices (tests use ``{"_test_corrupt": [False, True]}`` to
             prove wrong configs are failed, never timed).
+        isolate: run each config in a child process killed after ``trial_timeout_s`` seconds
+            (compile, check and timing); default: on a GPU yes, in the interpreter no. A killed
+            trial is FAIL with state "timeout"; the next config gets a fresh process.
     """
     import optuna
 
@@ -166,7 +175,8 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
             continue
         # Enough rotating copies to defeat L2 for the smaller (W12, ~1.5 B/weight) of the formats.
         copies = num_copies_for(n * k * 3 // 2) if dev.type == "cuda" else 1
-        case = tunable.make_case(m, n, k, dev, seed, copies)
+        runner = trial_runner(CaseSpec(op, m, n, k, str(dev), seed, copies), reps, isolate,
+                              trial_timeout_s)
         study = optuna.create_study(
             storage=_storage(storage, directory), study_name=f"{key}|{space_id(tunable.space)}",
             direction="minimize",
@@ -186,42 +196,59 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
                 extra = {p: choices[i % len(choices)] for p, choices in
                          (extra_params or {}).items()}
                 study.enqueue_trial({**_as_params(config), **extra})
-        num_ok = num_failed = num_invalid = 0
-        seen: dict[str, tuple[str, Timing | None, str]] = {}
-        while num_ok + num_failed < trials and num_invalid < 4 * trials:
-            trial = study.ask()
-            config = suggest_config(trial, tunable.space, m, extra_params)
-            trial.set_user_attr("config", config)
-            try:
-                tunable.space.validate(config, m, n, k)
-            except ValueError as err:
-                trial.set_user_attr("state", f"invalid: {err}")
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                num_invalid += 1
-                continue
-            ck = json.dumps(config, sort_keys=True)
-            if ck not in seen:
-                seen[ck] = evaluate(tunable, case, config, dev, reps)
-            state, timing, detail = seen[ck]
-            trial.set_user_attr("state", state)
-            trial.set_user_attr("detail", detail)
-            if state == "ok":
-                trial.set_user_attr("timing", timing.to_dict())
-                study.tell(trial, timing.p50_us)
-                num_ok += 1
-            else:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                num_failed += 1
-        results.append(_finish(study, tunable, case, key, path, directory, fp, m, num_ok,
-                               num_failed, num_invalid, log))
+        with runner:
+            num_ok, num_failed, num_invalid = _run_trials(study, tunable, runner, m, n, k,
+                                                          trials, extra_params)
+            traffic = runner.traffic
+        results.append(_finish(study, tunable, traffic, key, path, directory, fp, m, n, k,
+                               num_ok, num_failed, num_invalid, log))
     return results
 
 
-def _finish(study, tunable, case, key, path, directory, fp, m, num_ok, num_failed, num_invalid,
-            log) -> TuneResult:
+def _run_trials(study, tunable, runner, m: int, n: int, k: int, trials: int,
+                extra_params: dict | None) -> tuple[int, int, int]:
+    """Ask, validate, evaluate (each distinct config once) and tell until ``trials`` configs were
+    checked; returns ``(num_ok, num_failed, num_invalid)``."""
     import optuna
 
-    n, k, bucket = case.n, case.k, tunable.space.m_bucket(m)
+    num_ok = num_failed = num_invalid = 0
+    seen: dict[str, tuple[str, Timing | None, str]] = {}
+    while num_ok + num_failed < trials and num_invalid < 4 * trials:
+        trial = study.ask()
+        config = suggest_config(trial, tunable.space, m, extra_params)
+        trial.set_user_attr("config", config)
+        try:
+            tunable.space.validate(config, m, n, k)
+        except ValueError as err:
+            trial.set_user_attr("state", f"invalid: {err}")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            num_invalid += 1
+            continue
+        ck = json.dumps(config, sort_keys=True)
+        if ck not in seen:
+            try:
+                seen[ck] = runner.evaluate(config)
+            except BaseException:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not left RUNNING
+                raise
+        state, timing, detail = seen[ck]
+        trial.set_user_attr("state", state)
+        trial.set_user_attr("detail", detail)
+        if state == "ok":
+            trial.set_user_attr("timing", timing.to_dict())
+            study.tell(trial, timing.p50_us)
+            num_ok += 1
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            num_failed += 1
+    return num_ok, num_failed, num_invalid
+
+
+def _finish(study, tunable, traffic, key, path, directory, fp, m, n, k, num_ok, num_failed,
+            num_invalid, log) -> TuneResult:
+    import optuna
+
+    bucket = tunable.space.m_bucket(m)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not done:
         log(f"{tunable.name} M={m} N={n} K={k}: no config passed the check ({num_failed} failed)")
@@ -229,7 +256,7 @@ def _finish(study, tunable, case, key, path, directory, fp, m, num_ok, num_faile
                           num_invalid, False, key, path, study.study_name)
     best = min(done, key=lambda t: t.value)
     timing = Timing(**best.user_attrs["timing"])
-    roof = place(tunable.name, m, n, k, case.traffic, timing, ceiling_for(fp.gpu))
+    roof = place(tunable.name, m, n, k, traffic, timing, ceiling_for(fp.gpu))
     config = best.user_attrs["config"]
     cache.store_entry(key, {
         "op": tunable.name, "n": n, "k": k, "m": m, "m_bucket": bucket, "config": config,

@@ -321,7 +321,7 @@ ADDED_DEFAULTS = {"gemv": {"K_STAGES": 1, "ESC_EARLY": 0, "L2_PREFETCH": 0},
                           "BLOCK_T_MIN": 16},
                   "dot_sk": {"BLOCK_T_MIN": 16}}
 
-TEST_ONLY_KEYS = ("_test_corrupt", "_test_programs")
+TEST_ONLY_KEYS = ("_test_corrupt", "_test_hang", "_test_programs")
 MAX_GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2; the swap-AB kernel's row tiles are axis 1
 _SMEM_BUDGET = 160 * 1024
 

@@ -64,6 +64,8 @@ from specpilot.kernels.common.prefetch import prefetch_l2
 from specpilot.kernels.common.streamk import store_streamk
 from specpilot.kernels.common.streamk import store_tile
 from specpilot.kernels.common.streamk import streamk_range
+from specpilot.kernels.common.test_keys import corrupt_if_asked
+from specpilot.kernels.common.test_keys import hang_if_asked
 from specpilot.kernels.skinny_gemm.triton import row_x
 from specpilot.kernels.skinny_gemm.triton import rows_sum
 from specpilot.kernels.w12.format import GEMM_FOR_ORDER
@@ -550,6 +552,7 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
             config = {**config, "BLOCK_K": min(64, config["BLOCK_K"]), "num_stages": 2}
     plan = plan_skinny("w12_gemm", config, m, n, k, k2, x.device, space)
     cfg = plan.cfg
+    hang_if_asked(x, cfg)
     if packed.block_pairs % cfg["BLOCK_K"]:
         raise ValueError(f"BLOCK_K={cfg['BLOCK_K']} pairs must divide the W12 planes' "
                          f"{packed.block_pairs}-pair blocks")
@@ -584,6 +587,4 @@ def w12_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None =
                 plan.k_per_split, BLOCK_T=plan.block_t, X_F32=x_f32, SPLIT_K=plan.splits,
                 PREFETCH=bool(cfg["PREFETCH"]), L2_PREFETCH=l2, MMA_V2=bool(cfg["MMA_V2"]),
                 **meta, **pdl_launch(x.device))
-    if cfg.get("_test_corrupt"):
-        out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
-    return out
+    return corrupt_if_asked(out, cfg)

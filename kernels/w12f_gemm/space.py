@@ -79,7 +79,7 @@ ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
 # BLOCK_N, always 16 x num_warps.
 REMOVED_KEYS = {"mma": ("BLOCK_N",), "gemv": ("BLOCK_N",)}
-TEST_ONLY_KEYS = ("_test_corrupt",)
+TEST_ONLY_KEYS = ("_test_corrupt", "_test_hang")
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which holds the row tiles
 _SMEM_BUDGET = 160 * 1024
 _TMA_SMEM_BUDGET = 220 * 1024  # the bf16 TMA kernel's (kernels/skinny_gemm/space.py)

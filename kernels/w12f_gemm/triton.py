@@ -87,6 +87,8 @@ from specpilot.kernels.common.launch import workspace
 from specpilot.kernels.common.mma import mma_v2_compile
 from specpilot.kernels.common.pdl import pdl_launch
 from specpilot.kernels.common.pdl import pdl_start
+from specpilot.kernels.common.test_keys import corrupt_if_asked
+from specpilot.kernels.common.test_keys import hang_if_asked
 from specpilot.kernels.w12.format import FRAG_PAIRS
 from specpilot.kernels.w12.format import FRAG_ROWS
 from specpilot.kernels.w12.format import W12Tensor
@@ -498,6 +500,7 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
     if x_f32 and config is None:  # tuned entries are bf16 timings
         config = space.default_config(m, n, k, num_sms(x.device))
     cfg = resolve_config("w12f_gemm", config, m, n, k, x.device, space)
+    hang_if_asked(x, cfg)
     if x_f32 and cfg["kernel"] == "tma":
         raise ValueError("the tma kernel copies bf16 x tiles: run float32 x on the mma kernel "
                          "(the default config does)")
@@ -525,7 +528,7 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
                                       BLOCK_T=cfg["BLOCK_T"], CHAINS=cfg["CHAINS"],
                                       ESC_EARLY=cfg["ESC_EARLY"], MMA_V2=bool(cfg["MMA_V2"]),
                                       **meta)
-        return _test_corrupt(out, cfg)
+        return corrupt_if_asked(out, cfg)
     args = (x, packed.planes, packed.row_ptr, packed.esc_col, packed.esc_delta, out, ws, lock, m,
             n, k, k2, rb, kb, x.stride(0), window_scale(packed.base), steps_per_split)
     meta["PREFETCH"] = cfg["PREFETCH"]
@@ -537,10 +540,4 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
                                       CHAINS=cfg["CHAINS"], ESC_EARLY=cfg["ESC_EARLY"],
                                       MMA_V2=bool(cfg["MMA_V2"]), WGMMA=bool(cfg["WGMMA"]),
                                       **meta)
-    return _test_corrupt(out, cfg)
-
-
-def _test_corrupt(out: torch.Tensor, cfg: dict) -> torch.Tensor:
-    if cfg.get("_test_corrupt"):
-        out.add_(1)  # test-only: a wrong-result config (tests/kernels/test_tuner.py)
-    return out
+    return corrupt_if_asked(out, cfg)

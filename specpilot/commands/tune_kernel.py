@@ -3,7 +3,10 @@ Optuna.
 
 For each M, an Optuna study (ask/tell) searches the op's ``space.py``; every trial is checked
 against the exact result before it is timed, and the best config is cached under (op, shape bucket,
-GPU SKU + compute capability, driver, CUDA, torch, triton). On a machine without a GPU,
+GPU SKU + compute capability, driver, CUDA, torch, triton). On a GPU each config is compiled,
+checked and timed in a child process killed after ``--trial-timeout-s``: a config that hangs the
+device is a failed trial (``timeout``) and the next one runs in a fresh process. On a machine
+without a GPU,
 ``--device cpu`` runs the kernels through the Triton interpreter (tiny shapes only: it is a
 functional check, not a speed measurement).
 """
@@ -39,6 +42,10 @@ class Args:
     seed: Annotated[int, "seed of the Optuna sampler and the synthetic weights"] = 0
     storage: Annotated[str | None, "Optuna storage: sqlite URL, *.db or journal path"] = None
     force: Annotated[bool, "tune even when a cached config exists for this environment"] = False
+    trial_timeout_s: Annotated[float, "seconds one config may take (compile, check, timing) "
+                                      "before its process is killed"] = 120.0
+    isolate: Annotated[bool | None, "run each config in a child process killed after "
+                       "--trial-timeout-s (default: yes on cuda, no on cpu)"] = None
 
     def __post_init__(self):
         k_n = _ints(self.shape, "shape")
@@ -47,6 +54,8 @@ class Args:
         _ints(self.m, "m")
         if self.trials < 1:
             raise ValueError(f"--trials must be >= 1, got {self.trials}")
+        if not self.trial_timeout_s > 0:
+            raise ValueError(f"--trial-timeout-s must be > 0, got {self.trial_timeout_s}")
 
 
 def run(args: Args) -> int:
@@ -63,7 +72,9 @@ def run(args: Args) -> int:
     k, n = _ints(args.shape, "shape")
     try:
         results = tune(args.op, n, k, _ints(args.m, "m"), trials=args.trials, device=args.device,
-                       seed=args.seed, storage=args.storage, force=args.force)
+                       seed=args.seed, storage=args.storage, force=args.force,
+                       isolate=args.isolate,
+                       trial_timeout_s=args.trial_timeout_s)
     except ValueError as err:
         raise SpecPilotError(str(err)) from err
     print(f"{'M':>4} {'p50 us':>9} {'TB/s':>6} {'%ceil':>6} {'ok':>3} {'fail':>4}  config")

@@ -191,3 +191,45 @@ def test_seeding_keeps_whole_sweeps_and_faster_entries(kernel_cache_dir, tmp_pat
     assert seed_from_results(table(35.0, cut_short=False)) == 1
     assert cache.load_entry(key)["p50_us"] == 35.0
     assert seed_from_results(table(30.0, cut_short=False, kernel_key="another|gpu")) == 0
+
+
+def test_a_hanging_config_is_killed_and_failed_and_the_study_goes_on(kernel_cache_dir):
+    # The sweep alternates the flag: trial 2 launches a kernel that spins on a flag nothing sets
+    # (kernels/common/test_keys.py; on a GPU, a device hang). Its process is killed after the
+    # limit, the trial is FAIL "timeout" and never timed, and trial 3 gets a fresh process.
+    [result] = tune("skinny_gemm", 40, 72, [3], trials=3, device="cpu", reps=1, isolate=True,
+                    trial_timeout_s=8, extra_params={"_test_hang": [False, True]}, log=_quiet)
+    study = optuna.load_study(study_name=result.study, storage=_journal(kernel_cache_dir))
+    ran = [t for t in study.trials if t.state != optuna.trial.TrialState.WAITING]
+    assert [t.user_attrs["state"] for t in ran] == ["ok", "timeout", "ok"]
+    assert [t.user_attrs["config"]["_test_hang"] for t in ran] == [False, True, False]
+    hung = ran[1]
+    assert hung.state == optuna.trial.TrialState.FAIL and "timing" not in hung.user_attrs
+    assert "killed" in hung.user_attrs["detail"]
+    assert result.num_ok == 2 and result.num_failed == 1
+    assert result.config is not None and not result.config["_test_hang"]
+    assert result.roofline is not None  # the case's traffic came back from the child
+
+
+def test_the_kernel_job_reports_a_hung_config_and_the_rest(kernel_cache_dir):
+    # a campaign's kernel trials: one job, several configs; the hung one must not take the
+    # others' results with it
+    from specpilot.workers.evaluate import kernel
+
+    good = {"kernel": "dot", "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 1, "num_warps": 4,
+            "num_stages": 2, "PREFETCH": 0, "L2_PREFETCH": 0, "MMA_V2": 0, "BLOCK_T_MIN": 16}
+    out = kernel({"op": "skinny_gemm", "m": 3, "n": 40, "k": 72, "device": "cpu", "reps": 1,
+                  "isolate": True, "config_timeout_s": 8,
+                  "configs": [{**good, "_test_hang": True}, {**good, "BLOCK_N": 7}, good]})
+    states = [r["state"] for r in out["results"]]
+    assert states == ["timeout", "invalid", "ok"], out
+    assert out["results"][2]["timing"]["p50_us"] > 0 and out["traffic_bytes"] > 0
+
+
+def test_a_case_that_cannot_be_built_is_a_clear_error():
+    from specpilot.kernels.tuning.isolate import CaseSpec
+    from specpilot.kernels.tuning.isolate import TrialProcess
+
+    with pytest.raises(RuntimeError, match="could not build the case.*unknown kernel op"):
+        with TrialProcess(CaseSpec("no_such_op", 1, 8, 8, "cpu"), reps=1, timeout_s=5) as runner:
+            runner.evaluate({"kernel": "dot"})
