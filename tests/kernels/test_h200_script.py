@@ -74,3 +74,21 @@ def test_gemm_probe_takes_the_fragment_order_op_without_tiles(tmp_path):
     assert {(r["shape"], r["K"], r["N"]) for r in rows} == {("72x40", 72, 40)}
     assert {(r["config"]["num_warps"], r["config"]["ROWS_PER_WARP"]) for r in rows} == {
         (1, 16), (1, 32), (2, 16), (2, 32)}
+
+
+def test_tuner_vs_sweep_cpu_smoke(tmp_path):
+    """experiments/h200_tuner_vs_sweep.py: the sweep's configs run first, then TPE's proposals;
+    the report tells them apart and compares their best."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
+           "SPECPILOT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "experiments/h200_tuner_vs_sweep.py", "--cpu-smoke",
+                           "--rows", "skinny_gemm:tiny_a:3", "--extra-trials", "2"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [row] = json.loads((tmp_path / "h200_tuner_vs_sweep.json").read_text())["rows"]
+    sources = [t["source"] for t in row["trials"]]
+    assert sources == ["sweep"] * row["num_sweep"] + ["tpe"] * 2 and row["num_sweep"] > 0
+    assert row["best_sweep"]["p50_us"] == min(t["p50_us"] for t in row["trials"]
+                                              if t["source"] == "sweep" and t["p50_us"])
+    if row["best_tpe"] is not None:
+        assert row["tpe_over_sweep"] == row["best_tpe"]["p50_us"] / row["best_sweep"]["p50_us"]
