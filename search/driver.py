@@ -305,7 +305,9 @@ class Campaign:
         trials_key = stable_hash({"kernel_trials": round_, "study": study.study_name})
         if trials_key in self.done:
             return self.done[trials_key].get("entry")
-        asked = ka.ask_configs(study, space, m, self.config.kernel_trials)
+        asked = ka.ask_configs(study, space, m, n, k, self.config.kernel_trials)
+        if not asked:  # every proposal was invalid at this shape (each told as such)
+            return None
         # each config within its share of the job's limit (a hung one is killed in the worker,
         # the rest still report), leaving two shares for the trial processes' start-ups
         config_timeout_s = self.config.trial_timeout_s / (len(asked) + 2)

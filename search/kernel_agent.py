@@ -83,14 +83,54 @@ def warm_start(study, space, m: int, n: int, k: int, known_good: list[dict]) -> 
     return count
 
 
-def ask_configs(study, space, m: int, num: int) -> list[tuple[object, dict]]:
+def ask_configs(study, space, m: int, n: int, k: int, num: int,
+                seed: int = 0) -> list[tuple[object, dict]]:
+    """``num`` new proposals the space can run at this shape, for a worker to check and time.
+
+    An invalid proposal is told at once (COMPLETE with ``INVALID_PENALTY_US``, so TPE learns
+    where the valid configs are); a config the study already evaluated (or asked in this batch)
+    is told its earlier result; either is followed by a random valid config
+    (``tuning.study.explore_next``); up to ``MAX_SKIPPED_PER_TRIAL`` of these per config asked."""
+    import random
+
+    import optuna
+
+    from specpilot.kernels.tuning.study import INVALID_PENALTY_US
+    from specpilot.kernels.tuning.study import MAX_SKIPPED_PER_TRIAL
+    from specpilot.kernels.tuning.study import explore_next
     from specpilot.kernels.tuning.study import suggest_config
 
+    rng = random.Random(seed * 1000 + len(study.trials))
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    known = {json.dumps(t.user_attrs["config"], sort_keys=True): t for t in study.trials
+             if t.state in done and "config" in t.user_attrs
+             and not t.user_attrs.get("state", "").startswith("invalid")}
+    batch: set[str] = set()
     out = []
-    for _ in range(num):
+    for _ in range(MAX_SKIPPED_PER_TRIAL * num):
+        if len(out) == num:
+            break
         trial = study.ask()
         config = suggest_config(trial, space, m)
         trial.set_user_attr("config", config)
+        try:
+            space.validate(config, m, n, k)
+        except ValueError as err:
+            trial.set_user_attr("state", f"invalid: {err}")
+            study.tell(trial, INVALID_PENALTY_US)
+            explore_next(study, space, m, n, k, rng)
+            continue
+        key = json.dumps(config, sort_keys=True)
+        if key in known or key in batch:
+            earlier = known.get(key)
+            trial.set_user_attr("state", "repeat")
+            if earlier is not None and earlier.state == optuna.trial.TrialState.COMPLETE:
+                study.tell(trial, earlier.value)
+            else:  # a failed config, or one still in this batch: no result to repeat yet
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            explore_next(study, space, m, n, k, rng)
+            continue
+        batch.add(key)
         out.append((trial, config))
     return out
 
@@ -98,6 +138,8 @@ def ask_configs(study, space, m: int, num: int) -> list[tuple[object, dict]]:
 def tell_results(study, asked: list[tuple[object, dict]], results: list[dict]) -> dict:
     """Tell Optuna each outcome; returns counts by state."""
     import optuna
+
+    from specpilot.kernels.tuning.study import INVALID_PENALTY_US
 
     counts: dict[str, int] = {}
     for (trial, _), result in zip(asked, results):
@@ -110,6 +152,8 @@ def tell_results(study, asked: list[tuple[object, dict]], results: list[dict]) -
             study._storage.set_trial_user_attr(trial._trial_id, "timing",
                                                json.dumps(result["timing"]))
             study.tell(trial, result["timing"]["p50_us"])
+        elif state == "invalid":  # never ran: told so that TPE learns where valid configs are
+            study.tell(trial, INVALID_PENALTY_US)
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
     return counts
@@ -118,9 +162,9 @@ def tell_results(study, asked: list[tuple[object, dict]], results: list[dict]) -
 def best_entry(study, op: str, n: int, k: int, m: int, bucket: int, fingerprint: dict,
                kernel_key: str, traffic_bytes: int, read_tb_s: float) -> dict | None:
     """The tuning-cache entry for the study's best checked config (None if none passed)."""
-    import optuna
+    from specpilot.kernels.tuning.study import checked_trials
 
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    done = checked_trials(study)
     if not done:
         return None
     best = min(done, key=lambda t: t.value)

@@ -4,14 +4,17 @@ Every trial's result is checked against the fp64 exact result before it is timed
 computes a wrong result, fails to compile or crashes is told to Optuna as FAIL and never timed
 (STYLE.md item 14). On a GPU each config runs in a child process within a time limit
 (:mod:`specpilot.kernels.tuning.isolate`): one that hangs the device is killed and told as FAIL
-with state ``"timeout"``, and the study goes on in a fresh process. Invalid combinations (e.g. a
-tile over the register budget) are FAIL too but do not use up the trial budget. The best checked
-config goes to the disk cache (:mod:`specpilot.kernels.tuning.cache`). Optuna is imported here
-only, never by the engine.
+with state ``"timeout"``, and the study goes on in a fresh process. An invalid proposal (a
+combination the space's ``validate`` rejects, e.g. a tile over the register budget) never runs and
+does not use up the trial budget; it is told to Optuna as COMPLETE with :data:`INVALID_PENALTY_US`
+and state ``"invalid: ..."``, so the sampler learns where the valid configs are (see there). The
+best checked config goes to the disk cache (:mod:`specpilot.kernels.tuning.cache`). Optuna is
+imported here only, never by the engine.
 """
 
 import dataclasses
 import json
+import random
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +40,26 @@ from specpilot.kernels.tuning.ops import get_op
 from specpilot.kernels.tuning.ops import space_id
 
 
+INVALID_PENALTY_US = 1e9
+"""The value an invalid proposal is told as. Told as FAIL instead, TPE leaves it out of its model
+and keeps drawing from its prior, where few combinations are valid: on w12f_gemm at q3_gate_up
+M = 16, 1 proposal after the sweep was valid before the tuner stopped asking
+(results/h200-2026-12-04-tuner-vs-sweep.json). Told as this value (worse than any real time),
+most proposals are valid (``experiments/tuner_sampling_replay.py``)."""
+MAX_SKIPPED_PER_TRIAL = 10
+"""Invalid proposals and repeats of an evaluated config allowed per trial of the budget."""
+MAX_DRAWS = 10_000
+"""Draws :func:`random_valid_config` makes before it gives up (about 5-15% of draws are valid)."""
+
+
+def checked_trials(study) -> list:
+    """The study's trials whose config passed the check and was timed (not the invalid ones)."""
+    import optuna
+
+    return [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("state") == "ok"]
+
+
 @dataclasses.dataclass(frozen=True)
 class TuneResult:
     """The outcome for one M: best config, its timing and roofline, and the trial tally."""
@@ -57,6 +80,8 @@ class TuneResult:
     cache_path: str
     study: str = ""
     """The Optuna study's name: the cache key and the space's ``space_id`` ("" from cache)."""
+    num_repeat: int = 0
+    """Proposals of a config already evaluated (told its result again, not in the budget)."""
 
 
 def params_for(space, kernel: str) -> dict[str, list]:
@@ -79,6 +104,37 @@ def suggest_config(trial, space, m: int, extra_params: dict | None = None) -> di
     return config
 
 
+def random_valid_config(space, m: int, n: int, k: int, rng: random.Random,
+                        extra_params: dict | None = None) -> dict | None:
+    """A config drawn uniformly (kernel family, then each parameter) that the space can run at
+    this shape, or None after :data:`MAX_DRAWS` invalid draws.
+
+    TPE on these categorical spaces soon proposes configs it has already seen, or invalid ones
+    while it has few observations; the tuner follows each such proposal with one of these
+    (``experiments/tuner_sampling_replay.py`` counts what that gains)."""
+    kernels = space.kernels_for(m)
+    for _ in range(MAX_DRAWS):
+        kernel = rng.choice(kernels)
+        config = {"kernel": kernel, **{name: rng.choice(choices)
+                                       for name, choices in params_for(space, kernel).items()}}
+        try:
+            space.validate(config, m, n, k)
+        except ValueError:
+            continue
+        return {**config, **{name: rng.choice(choices)
+                             for name, choices in (extra_params or {}).items()}}
+    return None
+
+
+def explore_next(study, space, m: int, n: int, k: int, rng: random.Random,
+                 extra_params: dict | None = None) -> None:
+    """Make a :func:`random_valid_config` the study's next proposal (after an invalid one or a
+    repeat)."""
+    config = random_valid_config(space, m, n, k, rng, extra_params)
+    if config is not None:
+        study.enqueue_trial(_as_params(config))
+
+
 def _usable(entry: dict | None, space, m: int, n: int, k: int) -> dict | None:
     """A cached entry whose config (completed with parameters added since) this space can run,
     else None (it is tuned again)."""
@@ -93,8 +149,10 @@ def _usable(entry: dict | None, space, m: int, n: int, k: int) -> dict | None:
 
 
 def _as_params(config: dict) -> dict:
+    """Optuna's parameter names for ``config``: ``kernel.NAME``, extra (``_test``) keys as is."""
     kernel = config["kernel"]
-    return {"kernel": kernel, **{f"{kernel}.{k}": v for k, v in config.items() if k != "kernel"}}
+    return {"kernel": kernel, **{k if k.startswith("_") else f"{kernel}.{k}": v
+                                 for k, v in config.items() if k != "kernel"}}
 
 
 def evaluate(op: TunableOp, case: Case, config: dict, device: torch.device, reps: int,
@@ -135,7 +193,8 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
     """Tune ``op`` for a weight ``[n, k]`` at each M in ``ms``; returns one result per M.
 
     Args:
-        trials: checked-and-timed (or failed) trials per M; invalid configs do not count.
+        trials: distinct configs checked and timed (or failed) per M; invalid proposals and
+            repeats do not count (at most :data:`MAX_SKIPPED_PER_TRIAL` per trial are asked).
         device: "cuda" or "cpu" (the CPU path needs ``TRITON_INTERPRET=1`` set before triton
         loads). storage: Optuna storage: a ``sqlite:`` URL or ``*.db`` path, else a journal file
         path;
@@ -197,23 +256,26 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
                          (extra_params or {}).items()}
                 study.enqueue_trial({**_as_params(config), **extra})
         with runner:
-            num_ok, num_failed, num_invalid = _run_trials(study, tunable, runner, m, n, k,
-                                                          trials, extra_params)
+            counts = _run_trials(study, tunable, runner, m, n, k, trials, extra_params,
+                                 random.Random(seed * 1000 + m))
             traffic = runner.traffic
         results.append(_finish(study, tunable, traffic, key, path, directory, fp, m, n, k,
-                               num_ok, num_failed, num_invalid, log))
+                               counts, log))
     return results
 
 
 def _run_trials(study, tunable, runner, m: int, n: int, k: int, trials: int,
-                extra_params: dict | None) -> tuple[int, int, int]:
-    """Ask, validate, evaluate (each distinct config once) and tell until ``trials`` configs were
-    checked; returns ``(num_ok, num_failed, num_invalid)``."""
+                extra_params: dict | None, rng: random.Random) -> dict[str, int]:
+    """Ask, validate, evaluate (each distinct config once) and tell until ``trials`` distinct
+    configs were checked; a repeat is told its result again; an invalid proposal or a repeat is
+    followed by a random valid config. Returns the counts ``ok``, ``failed``, ``invalid`` and
+    ``repeat``."""
     import optuna
 
-    num_ok = num_failed = num_invalid = 0
+    num_ok = num_failed = num_invalid = num_repeat = 0
     seen: dict[str, tuple[str, Timing | None, str]] = {}
-    while num_ok + num_failed < trials and num_invalid < 4 * trials:
+    while (num_ok + num_failed < trials
+           and num_invalid + num_repeat < MAX_SKIPPED_PER_TRIAL * trials):
         trial = study.ask()
         config = suggest_config(trial, tunable.space, m, extra_params)
         trial.set_user_attr("config", config)
@@ -221,11 +283,13 @@ def _run_trials(study, tunable, runner, m: int, n: int, k: int, trials: int,
             tunable.space.validate(config, m, n, k)
         except ValueError as err:
             trial.set_user_attr("state", f"invalid: {err}")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            study.tell(trial, INVALID_PENALTY_US)
             num_invalid += 1
+            explore_next(study, tunable.space, m, n, k, rng, extra_params)
             continue
         ck = json.dumps(config, sort_keys=True)
-        if ck not in seen:
+        repeat = ck in seen
+        if not repeat:
             try:
                 seen[ck] = runner.evaluate(config)
             except BaseException:
@@ -237,23 +301,27 @@ def _run_trials(study, tunable, runner, m: int, n: int, k: int, trials: int,
         if state == "ok":
             trial.set_user_attr("timing", timing.to_dict())
             study.tell(trial, timing.p50_us)
-            num_ok += 1
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if repeat:
+            num_repeat += 1
+            explore_next(study, tunable.space, m, n, k, rng, extra_params)
+        elif state == "ok":
+            num_ok += 1
+        else:
             num_failed += 1
-    return num_ok, num_failed, num_invalid
+    return {"ok": num_ok, "failed": num_failed, "invalid": num_invalid, "repeat": num_repeat}
 
 
-def _finish(study, tunable, traffic, key, path, directory, fp, m, n, k, num_ok, num_failed,
-            num_invalid, log) -> TuneResult:
-    import optuna
-
+def _finish(study, tunable, traffic, key, path, directory, fp, m, n, k, counts: dict,
+            log) -> TuneResult:
     bucket = tunable.space.m_bucket(m)
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    num_ok, num_failed, num_invalid = counts["ok"], counts["failed"], counts["invalid"]
+    done = checked_trials(study)
     if not done:
         log(f"{tunable.name} M={m} N={n} K={k}: no config passed the check ({num_failed} failed)")
         return TuneResult(tunable.name, m, n, k, bucket, None, None, None, num_ok, num_failed,
-                          num_invalid, False, key, path, study.study_name)
+                          num_invalid, False, key, path, study.study_name, counts["repeat"])
     best = min(done, key=lambda t: t.value)
     timing = Timing(**best.user_attrs["timing"])
     roof = place(tunable.name, m, n, k, traffic, timing, ceiling_for(fp.gpu))
@@ -264,6 +332,7 @@ def _finish(study, tunable, traffic, key, path, directory, fp, m, n, k, num_ok, 
         "roofline": roof.to_dict(), "kernel_key": fp.kernel_key(), "fingerprint": fp.to_dict(),
         "study": study.study_name, "num_complete": len(done)}, directory)
     log(f"{tunable.name} M={m} N={n} K={k}: best {config} p50 {timing.p50_us:.1f} us "
-        f"({roof.tb_s:.2f} TB/s) ok={num_ok} failed={num_failed} invalid={num_invalid}")
+        f"({roof.tb_s:.2f} TB/s) ok={num_ok} failed={num_failed} invalid={num_invalid} "
+        f"repeat={counts['repeat']}")
     return TuneResult(tunable.name, m, n, k, bucket, config, timing, roof, num_ok, num_failed,
-                      num_invalid, False, key, path, study.study_name)
+                      num_invalid, False, key, path, study.study_name, counts["repeat"])

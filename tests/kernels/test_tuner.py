@@ -36,9 +36,7 @@ def test_wrong_configs_are_failed_trials(kernel_cache_dir):
     corrupt = [t for t in ran if t.user_attrs["config"].get("_test_corrupt")]
     assert len(corrupt) >= 3, "the sweep did not alternate the corrupting flag"
     for t in corrupt:
-        assert t.state == optuna.trial.TrialState.FAIL
-        assert t.user_attrs["state"] in ("wrong", "invalid") or t.user_attrs["state"].startswith(
-            "invalid")
+        assert t.state == optuna.trial.TrialState.FAIL and t.user_attrs["state"] == "wrong"
         assert "timing" not in t.user_attrs
     assert result.config is not None and not result.config.get("_test_corrupt")
     assert result.num_failed >= 1 and result.num_ok + result.num_failed == 8
@@ -233,3 +231,49 @@ def test_a_case_that_cannot_be_built_is_a_clear_error():
     with pytest.raises(RuntimeError, match="could not build the case.*unknown kernel op"):
         with TrialProcess(CaseSpec("no_such_op", 1, 8, 8, "cpu"), reps=1, timeout_s=5) as runner:
             runner.evaluate({"kernel": "dot"})
+
+
+def test_invalid_proposals_teach_the_sampler_and_never_win(kernel_cache_dir):
+    # At K = 96 no sweep config of the fragment-order W12 GEMM can run M = 3, and most of the
+    # space's combinations are invalid: told as FAIL, TPE never learned that and the tuner gave
+    # up after 4 invalid proposals per trial with 2 of 5 configs checked. Told as COMPLETE with the
+    # penalty, the sampler moves to valid ones and the whole budget is checked.
+    from specpilot.kernels.tuning.study import INVALID_PENALTY_US
+    from specpilot.kernels.tuning.study import checked_trials
+
+    [result] = tune("w12f_gemm", 80, 96, [3], trials=5, device="cpu", reps=1, log=_quiet)
+    assert result.num_ok + result.num_failed == 5
+    study = optuna.load_study(study_name=result.study, storage=_journal(kernel_cache_dir))
+    invalid = [t for t in study.trials if t.user_attrs.get("state", "").startswith("invalid")]
+    assert len(invalid) == result.num_invalid > 0
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and t.value == INVALID_PENALTY_US
+               for t in invalid)
+    checked = checked_trials(study)
+    assert checked and all(t.user_attrs["state"] == "ok" for t in checked)
+    assert result.timing.p50_us == min(t.value for t in checked) < INVALID_PENALTY_US
+
+
+def test_the_kernel_agent_sends_only_valid_configs_and_keeps_the_best_checked():
+    from specpilot.kernels.tuning.ops import space_of
+    from specpilot.kernels.tuning.study import INVALID_PENALTY_US
+    from specpilot.search import kernel_agent as ka
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
+    space = space_of("w12f_gemm")
+    asked = ka.ask_configs(study, space, 3, 80, 96, 4)
+    assert len(asked) == 4
+    for _, config in asked:
+        space.validate(config, 3, 80, 96)  # raises if the worker would get an invalid config
+    told = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert told and all(t.value == INVALID_PENALTY_US and t.user_attrs["state"].startswith(
+        "invalid") for t in told)
+
+    def ok(p50_us):
+        return {"state": "ok", "timing": {"p20_us": p50_us, "p50_us": p50_us, "p80_us": p50_us}}
+
+    counts = ka.tell_results(study, asked, [ok(5.0), {"state": "wrong"}, ok(3.0),
+                                            {"state": "timeout"}])
+    assert counts == {"ok": 2, "wrong": 1, "timeout": 1}
+    entry = ka.best_entry(study, "w12f_gemm", 80, 96, 3, 4, {}, "key", 1000, 4.0)
+    assert entry["p50_us"] == 3.0 and entry["config"] == asked[2][1]
