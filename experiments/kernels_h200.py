@@ -52,6 +52,7 @@ from specpilot.kernels.common.roofline import CEILINGS
 from specpilot.kernels.common.roofline import ceiling_for
 from specpilot.kernels.common.roofline import gemm_traffic
 from specpilot.kernels.common.roofline import place
+from specpilot.kernels.tuning import ops as tuning_ops
 from specpilot.kernels.tuning.ops import Case
 from specpilot.kernels.tuning.ops import get_op
 from specpilot.kernels.tuning.ops import synthetic_weight
@@ -77,7 +78,7 @@ if CPU_SMOKE:
 REPS = 2 if CPU_SMOKE else 15
 MAX_COPIES = 2 if CPU_SMOKE else 64
 LARGE_BYTES = 150e6  # "large projection": bf16 weight of at least 150 MB
-OUTLIER_RATE = 2e-4  # the sweep's weights: about 2.75e-4 escapes, as big LLMs' 1.8-5e-4
+OUTLIER_RATE = tuning_ops.OUTLIER_RATE  # about 2.75e-4 escapes, as big LLMs' 1.8-5e-4
 GOAL_LABELS = {"triton_not_slower_than_cublas": "tri<=cub",
                "triton_ge_90pct_read_ceiling": "tri>=90%", "w12_le_0.80x_best_bf16": "w12<=0.8x"}
 DEV = torch.device("cpu" if CPU_SMOKE else "cuda")

@@ -74,6 +74,13 @@ class TunableOp:
     make_case: Callable[..., Case]
 
 
+OUTLIER_RATE = 2e-4
+"""The outlier rate of the weights a case is timed on: about 2.75e-4 W12 escapes, as big LLMs'
+1.8-5e-4 (REFERENCE-kernels.md). The sweeps have timed on it since 2026-12-02; the tuner's cases
+used ``synthetic_weight``'s 1e-3 until 2026-12-04, so it tuned the W12 GEMMs on five times the
+outliers (and escape work) of the weights they serve."""
+
+
 def synthetic_weight(n: int, k: int, device: torch.device, seed: int,
                      outlier_rate: float | None = 1e-3) -> torch.Tensor:
     """N(0, 0.02) bf16 ``[N, K]`` with a sprinkle of exact zeros, tiny values and large outliers,
@@ -102,7 +109,7 @@ def _x(m: int, k: int, device: torch.device, seed: int) -> torch.Tensor:
 
 
 def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
-                 num_copies: int = 1, outlier_rate: float | None = 1e-3) -> Case:
+                 num_copies: int = 1, outlier_rate: float | None = OUTLIER_RATE) -> Case:
     w = synthetic_weight(n, k, device, seed, outlier_rate)
     x = _x(m, k, device, seed)
     exact, abs_sum = gemm_exact(x, w)
@@ -112,7 +119,7 @@ def _skinny_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
 
 def _w12_case(m: int, n: int, k: int, device: torch.device, seed: int = 0,
               num_copies: int = 1, order: str = "rows",
-              outlier_rate: float | None = 1e-3) -> Case:
+              outlier_rate: float | None = OUTLIER_RATE) -> Case:
     from specpilot.kernels import w12
 
     w = synthetic_weight(n, k, device, seed, outlier_rate)
