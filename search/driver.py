@@ -289,18 +289,18 @@ class Campaign:
         reps = self.config.kernel_reps
         survey_key = stable_hash({"kernel_survey": round_, "m": m, "champion": champion.hash()})
         survey = self._execute([Job(survey_key, self._job_spec(
-            "kernel_survey", op=ka.KERNEL_OP, m=m, reps=reps,
-            shapes=ka.target_shapes(self.target_config)),
+            "kernel_survey", m=m, reps=reps, gemms=ka.target_gemms(self.target_config, champion)),
             {"round": round_, "kind": "kernel", "mechanism": "kernel-survey"})])[survey_key]
         if survey.get("state") != "ok" or not survey.get("rows"):
             return None
         worst = ka.farthest(survey["rows"], gpu.read_tb_s)
-        n, k = worst["n"], worst["k"]
-        space = space_of(ka.KERNEL_OP)
+        op, n, k = worst["op"], worst["n"], worst["k"]
+        space = space_of(op)
         bucket = space.m_bucket(m)
         kernel_key = _kernel_key(survey.get("fingerprint", {}))
-        study = ka.open_study(self.optuna_journal, ka.study_name(self.config.setting, n, k, bucket,
-                                                                 kernel_key), self.config.seed)
+        study = ka.open_study(self.optuna_journal, ka.study_name(self.config.setting, op, n, k,
+                                                                 bucket, kernel_key),
+                              self.config.seed)
         ka.warm_start(study, space, m, n, k, [worst["config"], *space.SWEEP])
         trials_key = stable_hash({"kernel_trials": round_, "study": study.study_name})
         if trials_key in self.done:
@@ -311,26 +311,26 @@ class Campaign:
         # each config within its share of the job's limit (a hung one is killed in the worker,
         # the rest still report), leaving two shares for the trial processes' start-ups
         config_timeout_s = self.config.trial_timeout_s / (len(asked) + 2)
-        job = Job(trials_key, self._job_spec("kernel", op=ka.KERNEL_OP, m=m, n=n, k=k, reps=reps,
+        job = Job(trials_key, self._job_spec("kernel", op=op, m=m, n=n, k=k, reps=reps,
                                              configs=[c for _, c in asked],
                                              config_timeout_s=config_timeout_s),
-                  {"round": round_, "kind": "kernel", "mechanism": f"kernel:{n}x{k}@m{m}"})
+                  {"round": round_, "kind": "kernel", "mechanism": f"kernel:{op}:{n}x{k}@m{m}"})
         result = self._execute([job])[trials_key]
         if result.get("state") != "ok":
             for trial, _ in asked:
                 study.tell(trial, state=TrialState.FAIL)
             return None
         counts = ka.tell_results(study, asked, result["results"])
-        entry = ka.best_entry(study, ka.KERNEL_OP, n, k, m, bucket, result.get("fingerprint", {}),
+        entry = ka.best_entry(study, op, n, k, m, bucket, result.get("fingerprint", {}),
                               kernel_key, worst["traffic_bytes"], gpu.read_tb_s)
         if entry is not None:
-            cache.store_entry(cache.entry_key(ka.KERNEL_OP, n, k, bucket, kernel_key), entry)
-        summary = {"shape": [n, k], "m": m, "survey": survey["rows"], "worst": worst,
+            cache.store_entry(cache.entry_key(op, n, k, bucket, kernel_key), entry)
+        summary = {"op": op, "shape": [n, k], "m": m, "survey": survey["rows"], "worst": worst,
                    "counts": counts, "best": entry, "study": study.study_name}
         self.records.log_event("kernel", summary)
         self.done[trials_key]["entry"] = entry
-        self.log(f"  kernel sub-agent: {n}x{k} at M={m} ({worst['fraction_of_ceiling']:.2f} of "
-                 f"the ceiling) -> {counts}")
+        self.log(f"  kernel sub-agent: {op} {n}x{k} at M={m} "
+                 f"({worst['fraction_of_ceiling']:.2f} of the ceiling) -> {counts}")
         return entry
 
     # --- the loop -----------------------------------------------------------------------------

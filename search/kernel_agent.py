@@ -1,8 +1,10 @@
 """The kernel sub-agent: Optuna ask/tell, on the driver, for the GEMM farthest from its ceiling.
 
-1. Survey: a worker times the current config (the tuning cache's, else the space's first sweep
-   entry) of each target weight shape at the verify row count; the driver places each on the
-   roofline of the setting's GPU and picks the lowest fraction of the read ceiling.
+1. Survey: a worker times the current config (the tuning cache's, else the space's default: what
+   the engine would launch) of each target weight shape at the verify row count, on the op the
+   champion runs that weight on (:func:`gemm_op`: the W12 GEMM of its plane order for a packed
+   group, else the bf16 Triton GEMM); the driver places each on the roofline of the setting's GPU
+   and picks the lowest fraction of the read ceiling.
 2. Study: one Optuna study per (setting, op, shape, M bucket, kernel fingerprint) in the
    campaign's journal storage. Warm start: the surveyed config and the space's sweep (known-good
    configs) are enqueued before the sampler proposes anything.
@@ -15,17 +17,34 @@ import json
 
 import torch
 
-KERNEL_OP = "skinny_gemm"
+BF16_OP = "skinny_gemm"
 MAX_SURVEY_SHAPES = 6
 
 
-def target_shapes(target_config: dict) -> list[tuple[int, int]]:
-    """Distinct (N, K) of the target's Linear weights, largest first."""
+def gemm_op(recipe, group: str) -> str:
+    """The tunable GEMM op that runs weight group ``group`` (``target``, ``lm_head``) under
+    ``recipe``: the W12 GEMM of the recipe's plane order when it packs the group (those decode in
+    registers whatever ``gemm`` says), else the bf16 Triton GEMM. A ``gemm = "torch"`` champion
+    runs cuBLAS, which has no tuning space; its weights are surveyed on the Triton GEMM that a
+    ``gemm = "triton"`` candidate would run."""
+    if group in recipe.w12:
+        from specpilot.kernels.w12.format import GEMM_FOR_ORDER
+
+        return GEMM_FOR_ORDER[recipe.w12_order]
+    return BF16_OP
+
+
+def target_gemms(target_config: dict, recipe) -> list[tuple[str, int, int]]:
+    """Distinct (op, N, K) of the target's Linear weights under ``recipe``, largest first."""
     from specpilot.costmodel.phases import _meta_model
 
     model = _meta_model(target_config)
-    shapes = {tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    return sorted(shapes, key=lambda s: -s[0] * s[1])[:MAX_SURVEY_SHAPES]
+    gemms = set()
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            group = "lm_head" if name.rsplit(".", 1)[-1] == "lm_head" else "target"
+            gemms.add((gemm_op(recipe, group), *module.weight.shape))
+    return sorted(gemms, key=lambda g: (-g[1] * g[2], g[0]))[:MAX_SURVEY_SHAPES]
 
 
 def farthest(survey_rows: list[dict], read_tb_s: float) -> dict | None:
@@ -40,14 +59,13 @@ def farthest(survey_rows: list[dict], read_tb_s: float) -> dict | None:
     return best
 
 
-def study_name(setting: str, n: int, k: int, bucket: int, kernel_key: str) -> str:
-    """One study per setting, shape, M bucket, environment and tuning space (``space_id``: a study
-    of an older space refuses the new space's choices, so it is left alone)."""
+def study_name(setting: str, op: str, n: int, k: int, bucket: int, kernel_key: str) -> str:
+    """One study per setting, op, shape, M bucket, environment and tuning space (``space_id``: a
+    study of an older space refuses the new space's choices, so it is left alone)."""
     from specpilot.kernels.tuning.ops import space_id
     from specpilot.kernels.tuning.ops import space_of
 
-    return (f"{setting}:{KERNEL_OP}:{n}x{k}:m{bucket}:{kernel_key}:"
-            f"{space_id(space_of(KERNEL_OP))}")
+    return f"{setting}:{op}:{n}x{k}:m{bucket}:{kernel_key}:{space_id(space_of(op))}"
 
 
 def open_study(storage_path: str, name: str, seed: int):

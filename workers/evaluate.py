@@ -242,28 +242,30 @@ def kernel(job: dict) -> dict:
 
 
 def kernel_survey(job: dict) -> dict:
-    """p50 time of each shape's current config (cached, else the space's first sweep entry)."""
+    """p50 time of each weight's current config on its op (``job['gemms']``: ``[op, N, K]``): the
+    tuned cache's, else the space's default, which is what the engine launches."""
     import torch
 
+    from specpilot.kernels.common.launch import num_sms
     from specpilot.kernels.tuning import cache
     from specpilot.kernels.tuning.ops import get_op
     from specpilot.kernels.tuning.study import evaluate as evaluate_config
 
     device = torch.device(job["device"])
-    op = get_op(job["op"])
+    m = job["m"]
     rows = []
-    for n, k in job["shapes"]:
-        m = job["m"]
-        config = cache.lookup_config(job["op"], m, n, k, device)
+    for name, n, k in job["gemms"]:
+        op = get_op(name)
+        config = cache.lookup_config(name, m, n, k, device)
         if config is None:
-            config = next((c for c in op.space.SWEEP if _fits(op, c, m, n, k)), None)
-        if config is None:
+            config = op.space.default_config(m, n, k, num_sms(device))
+        if not _fits(op, config, m, n, k):
             continue
         case = op.make_case(m, n, k, device, 0, 1)
         state, timing, _ = evaluate_config(op, case, config, device, job.get("reps", 20))
         if state == "ok":
-            rows.append({"n": n, "k": k, "m": m, "config": config, "p50_us": timing.p50_us,
-                         "traffic_bytes": case.traffic.bytes_moved})
+            rows.append({"op": name, "n": n, "k": k, "m": m, "config": config,
+                         "p50_us": timing.p50_us, "traffic_bytes": case.traffic.bytes_moved})
     return {"rows": rows}
 
 

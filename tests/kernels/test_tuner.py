@@ -277,3 +277,40 @@ def test_the_kernel_agent_sends_only_valid_configs_and_keeps_the_best_checked():
     assert counts == {"ok": 2, "wrong": 1, "timeout": 1}
     entry = ka.best_entry(study, "w12f_gemm", 80, 96, 3, 4, {}, "key", 1000, 4.0)
     assert entry["p50_us"] == 3.0 and entry["config"] == asked[2][1]
+
+
+def test_the_kernel_agent_surveys_the_op_each_weight_runs_on():
+    # a W12 champion's packed weights are surveyed and tuned on its W12 GEMM, not the bf16 one
+    from specpilot.recipe import Recipe
+    from specpilot.search import kernel_agent as ka
+    from specpilot.search.catalog import model_configs
+    from specpilot.settings import load_setting
+
+    target_config, _ = model_configs(load_setting("cpu_c1_tiny"))
+    lm_head = (4096, 128)  # the tiny target's vocabulary x hidden size
+
+    def ops(recipe):
+        return {(n, k): op for op, n, k in ka.target_gemms(target_config, recipe)}
+
+    bf16 = ops(Recipe(name="bf16", gemm="triton"))
+    assert set(bf16.values()) == {"skinny_gemm"} and lm_head in bf16
+    frag = ops(Recipe(name="frag", w12=("target",), w12_order="frag"))
+    assert frag[lm_head] == "skinny_gemm"
+    assert {op for shape, op in frag.items() if shape != lm_head} == {"w12f_gemm"}
+    rows = ops(Recipe(name="rows", w12=("target", "lm_head")))
+    assert set(rows.values()) == {"w12_gemm"}
+    assert len(ka.target_gemms(target_config, Recipe(name="x"))) == ka.MAX_SURVEY_SHAPES
+
+
+def test_the_kernel_survey_times_each_weight_on_its_op(kernel_cache_dir):
+    from specpilot.workers.evaluate import kernel_survey
+
+    out = kernel_survey({"device": "cpu", "m": 3, "reps": 1,
+                         "gemms": [["skinny_gemm", 40, 72], ["w12f_gemm", 40, 128]]})
+    assert [(r["op"], r["n"], r["k"]) for r in out["rows"]] == [("skinny_gemm", 40, 72),
+                                                                ("w12f_gemm", 40, 128)]
+    from specpilot.kernels.common.roofline import gemm_traffic
+
+    w12_row = out["rows"][1]  # the packed weight's bytes (1.5 a weight + escapes), not bf16's
+    assert 0 < w12_row["traffic_bytes"] < gemm_traffic(3, 40, 128, 40 * 128 * 2).bytes_moved
+    assert w12_row["p50_us"] > 0
