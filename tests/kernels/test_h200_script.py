@@ -94,3 +94,22 @@ def test_tuner_vs_sweep_cpu_smoke(tmp_path):
     assert row["best_sweep"]["p50_us"] == min(t["p50_us"] for t in trials[:num_sweep]
                                               if t["p50_us"])
     assert row["beyond_over_sweep"] == row["best_beyond"]["p50_us"] / row["best_sweep"]["p50_us"]
+
+
+def test_kernel_agent_script_cpu_smoke(tmp_path):
+    """experiments/h200_kernel_agent.py: a W12 champion's weights are surveyed on the W12 GEMM,
+    the farthest from the ceiling is tuned, and every asked config was valid and checked."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
+           "SPECPILOT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "experiments/h200_kernel_agent.py", "--cpu-smoke",
+                           "--trials", "2", "--rounds", "1", "--reps", "1", "--m", "3"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "h200_kernel_agent.json").read_text())
+    assert {row["op"] for row in report["survey"]} == {"w12f_gemm"}
+    worst = report["worst"]
+    assert worst["fraction_of_ceiling"] == min(r["fraction_of_ceiling"] for r in report["survey"])
+    [rnd] = report["rounds"]
+    assert rnd["asked"] == 2 and rnd["counts"] == {"ok": 2}
+    assert rnd["best"]["op"] == "w12f_gemm" and rnd["best"]["n"] == worst["n"]
