@@ -294,7 +294,8 @@ class Campaign:
         if survey.get("state") != "ok" or not survey.get("rows"):
             return None
         worst = ka.farthest(survey["rows"], gpu.read_tb_s)
-        op, n, k = worst["op"], worst["n"], worst["k"]
+        # a survey recorded before rows named their op (a resumed campaign) timed the bf16 GEMM
+        op, n, k = worst.get("op", ka.BF16_OP), worst["n"], worst["k"]
         space = space_of(op)
         bucket = space.m_bucket(m)
         kernel_key = _kernel_key(survey.get("fingerprint", {}))

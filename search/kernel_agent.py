@@ -8,9 +8,11 @@
 2. Study: one Optuna study per (setting, op, shape, M bucket, kernel fingerprint) in the
    campaign's journal storage. Warm start: the surveyed config and the space's sweep (known-good
    configs) are enqueued before the sampler proposes anything.
-3. Trials: the driver asks ``kernel_trials`` configs, a worker checks each against the reference
-   and times only the ones that pass; the driver tells Optuna (wrong or failing configs are FAIL,
-   never fast) and writes the best config into the tuning cache keyed by the worker's fingerprint.
+3. Trials: the driver asks ``kernel_trials`` configs the space can run and the study has not
+   evaluated (:func:`ask_configs`), a worker checks each against the reference and times only the
+   ones that pass, each in a trial process with a time limit on a GPU; the driver tells Optuna
+   (wrong, failing or hung configs are FAIL, never fast) and writes the best config into the
+   tuning cache keyed by the worker's fingerprint.
 """
 
 import json
@@ -60,12 +62,14 @@ def farthest(survey_rows: list[dict], read_tb_s: float) -> dict | None:
 
 
 def study_name(setting: str, op: str, n: int, k: int, bucket: int, kernel_key: str) -> str:
-    """One study per setting, op, shape, M bucket, environment and tuning space (``space_id``: a
-    study of an older space refuses the new space's choices, so it is left alone)."""
+    """One study per setting, op, shape, M bucket, environment, tuning space (``space_id``: a
+    study of an older space refuses the new space's choices, so it is left alone) and timing case
+    (``CASE_ID``)."""
+    from specpilot.kernels.tuning.ops import CASE_ID
     from specpilot.kernels.tuning.ops import space_id
     from specpilot.kernels.tuning.ops import space_of
 
-    return f"{setting}:{op}:{n}x{k}:m{bucket}:{kernel_key}:{space_id(space_of(op))}"
+    return f"{setting}:{op}:{n}x{k}:m{bucket}:{kernel_key}:{space_id(space_of(op))}:{CASE_ID}"
 
 
 def open_study(storage_path: str, name: str, seed: int):

@@ -99,8 +99,9 @@ class TrialProcess:
 
     @property
     def traffic(self) -> Traffic:
-        """The case's compulsory traffic (starts the child if none ran yet)."""
-        self._start()
+        """The case's compulsory traffic (starts a child only if none has built the case yet)."""
+        if self._traffic is None:
+            self._start()
         return self._traffic
 
     def _start(self) -> None:

@@ -79,6 +79,8 @@ OUTLIER_RATE = 2e-4
 1.8-5e-4 (REFERENCE-kernels.md). The sweeps have timed on it since 2026-12-02; the tuner's cases
 used ``synthetic_weight``'s 1e-3 until 2026-12-04, so it tuned the W12 GEMMs on five times the
 outliers (and escape work) of the weights they serve."""
+CASE_ID = f"outliers={OUTLIER_RATE:g}"
+"""Part of every study name: trials timed on other weights are another study's (not compared)."""
 
 
 def synthetic_weight(n: int, k: int, device: torch.device, seed: int,

@@ -33,6 +33,7 @@ from specpilot.kernels.skinny_gemm.space import PTX_ONLY
 from specpilot.kernels.tuning import cache
 from specpilot.kernels.tuning.isolate import CaseSpec
 from specpilot.kernels.tuning.isolate import trial_runner
+from specpilot.kernels.tuning.ops import CASE_ID
 from specpilot.kernels.tuning.ops import Case
 from specpilot.kernels.tuning.ops import TunableOp
 from specpilot.kernels.tuning.ops import complete_config
@@ -237,7 +238,8 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
         runner = trial_runner(CaseSpec(op, m, n, k, str(dev), seed, copies), reps, isolate,
                               trial_timeout_s)
         study = optuna.create_study(
-            storage=_storage(storage, directory), study_name=f"{key}|{space_id(tunable.space)}",
+            storage=_storage(storage, directory),
+            study_name=f"{key}|{space_id(tunable.space)}|{CASE_ID}",
             direction="minimize",
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, trials // 3)),
             load_if_exists=True)
