@@ -36,6 +36,7 @@ from specpilot.kernels.tuning.isolate import CaseSpec  # noqa: E402
 from specpilot.kernels.tuning.isolate import InProcess  # noqa: E402
 from specpilot.kernels.tuning.isolate import TrialProcess  # noqa: E402
 from specpilot.kernels.tuning.ops import space_of  # noqa: E402
+from specpilot.kernels.tuning.ops import valid_sweep  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 DEVICE = "cpu" if CPU_SMOKE else "cuda"
@@ -51,20 +52,8 @@ def context_works() -> bool:
         return False
 
 
-def valid_sweep(op: str, count: int) -> list[dict]:
-    space = space_of(op)
-    out = []
-    for config in space.SWEEP:
-        try:
-            space.validate(config, M, N, K)
-        except ValueError:
-            continue
-        out.append(config)
-    return out[:count]
-
-
 def part_hang(report: dict, timeout_s: float) -> None:
-    a, b = valid_sweep("skinny_gemm", 2)
+    a, b = valid_sweep(space_of("skinny_gemm"), M, N, K)[:2]
     rows = []
     runner = TrialProcess(CaseSpec("skinny_gemm", M, N, K, DEVICE), reps=15, timeout_s=timeout_s)
     with runner:
@@ -82,7 +71,7 @@ def part_hang(report: dict, timeout_s: float) -> None:
 
 
 def part_timing(report: dict, timeout_s: float) -> None:
-    configs = valid_sweep("skinny_gemm", 2)
+    configs = valid_sweep(space_of("skinny_gemm"), M, N, K)[:2]
     spec = CaseSpec("skinny_gemm", M, N, K, DEVICE, copies=1 if CPU_SMOKE else 8)
     rows = []
     with TrialProcess(spec, reps=15, timeout_s=timeout_s) as child, InProcess(spec, 15) as here:

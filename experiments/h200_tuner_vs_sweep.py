@@ -33,21 +33,10 @@ import kernels_h200 as kb  # noqa: E402  (the decode shapes)
 
 from specpilot.fingerprint import current  # noqa: E402
 from specpilot.kernels.tuning.ops import space_of  # noqa: E402
+from specpilot.kernels.tuning.ops import valid_sweep  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 DEVICE = "cpu" if CPU_SMOKE else "cuda"
-
-
-def num_valid_sweep(op: str, m: int, n: int, k: int) -> int:
-    space = space_of(op)
-    count = 0
-    for config in space.SWEEP:
-        try:
-            space.validate(config, m, n, k)
-        except ValueError:
-            continue
-        count += 1
-    return count
 
 
 def run_row(op: str, shape: str, m: int, extra: int, timeout_s: float, reps: int) -> dict:
@@ -56,7 +45,7 @@ def run_row(op: str, shape: str, m: int, extra: int, timeout_s: float, reps: int
     from specpilot.kernels.tuning.study import tune
 
     k, n = kb.SHAPES[shape]
-    num_sweep = num_valid_sweep(op, m, n, k)
+    num_sweep = len(valid_sweep(space_of(op), m, n, k))
     directory = OUT / "tune"
     start = time.monotonic()
     [result] = tune(op, n, k, [m], trials=num_sweep + extra, device=DEVICE, reps=reps,

@@ -26,6 +26,7 @@ from pathlib import Path
 import optuna
 
 from specpilot.kernels.tuning.ops import space_of
+from specpilot.kernels.tuning.ops import valid_sweep
 from specpilot.kernels.tuning.study import INVALID_PENALTY_US
 from specpilot.kernels.tuning.study import _as_params
 from specpilot.kernels.tuning.study import explore_next
@@ -45,14 +46,10 @@ def replay(op: str, k: int, n: int, m: int, mode: str, asks: int, seed: int) -> 
     rng = random.Random(seed)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed,
                                                                    n_startup_trials=10))
-    num_sweep = 0
-    for config in space.SWEEP:
-        try:
-            space.validate(config, m, n, k)
-        except ValueError:
-            continue
+    sweep = valid_sweep(space, m, n, k)
+    for config in sweep:
         study.enqueue_trial(_as_params(config))
-        num_sweep += 1
+    num_sweep = len(sweep)
     seen: set[str] = set()
     valid = 0
     for _ in range(num_sweep + asks):

@@ -49,6 +49,18 @@ def complete_config(space: ModuleType, config: dict) -> dict:
     return {**added, **{k: v for k, v in config.items() if k not in removed}}
 
 
+def valid_sweep(space: ModuleType, m: int, n: int, k: int) -> list[dict]:
+    """The space's SWEEP configs that can run ``[m, k] x [n, k]^T``, in the sweep's order."""
+    out = []
+    for config in space.SWEEP:
+        try:
+            space.validate(config, m, n, k)
+        except ValueError:
+            continue
+        out.append(config)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One problem instance: ``args`` per rotating weight copy (x, weight), the fp64 exact result

@@ -39,6 +39,7 @@ from specpilot.kernels.tuning.ops import TunableOp
 from specpilot.kernels.tuning.ops import complete_config
 from specpilot.kernels.tuning.ops import get_op
 from specpilot.kernels.tuning.ops import space_id
+from specpilot.kernels.tuning.ops import valid_sweep
 
 
 INVALID_PENALTY_US = 1e9
@@ -244,13 +245,7 @@ def tune(op: str, n: int, k: int, ms: Sequence[int], *, trials: int = 30, device
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, trials // 3)),
             load_if_exists=True)
         if not study.trials:
-            valid = []
-            for config in tunable.space.SWEEP:
-                try:
-                    tunable.space.validate(config, m, n, k)
-                except ValueError:
-                    continue
-                valid.append(config)
+            valid = valid_sweep(tunable.space, m, n, k)
             # the sweep cycles through each extra parameter's choices, so every choice is tried
             # from the first trials on, whatever the sampler later proposes
             for i, config in enumerate(valid):
