@@ -48,6 +48,7 @@ configs: ...-w12f-esc-early-probe.json); the tuner may still pick either per sha
 import itertools
 from collections.abc import Iterator
 
+from specpilot.kernels.common.interpret import interpreting
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.common.launch import next_pow2
 from specpilot.kernels.skinny_gemm.space import check_config_keys
@@ -238,17 +239,25 @@ SWEEP = [
 
 
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
-    """The untuned choice (logged by the launcher when used): the integer decode, 2 warps (more
-    where N has too many row tiles for the grid) x 64 pairs (or what divides the blocks of a row),
-    split K until the row tiles fill the SMs 4x."""
+    """The untuned choice (logged by the launcher when used), after the measured winners: all 38
+    W12 rows at M = 1-16 of results/h200-2026-12-03-kernels-m1-16-one-start.json won on the MMA
+    kernel with one stage, PREFETCH and the prmt decode, 29 of them on 2 warps, 24 with 256 pairs
+    a K step, split K 8 on the narrow projections (160-208 row tiles) and 1 on the wide ones (448
+    row tiles and more), 8-token tiles to M = 8 and 16-token tiles at 16. So: 2 warps (more where
+    N has too many row tiles for the grid) x the largest of 256 / 128 / 64 / 32 pairs that
+    divides a row's blocks, tiles of the next power of two of M from 8 to 64 tokens, split K 8
+    (at most one split per K step) while the row tiles do not fill twice the SMs. Under the
+    interpreter the integer decode (prmt is inline PTX). The defaults before 2026-12-04 (integer
+    decode, no PREFETCH, 64 pairs, the GEMV at M = 1) ran the 5120 x 6144 weight at M = 16 in
+    25.9 us where two tuning rounds found 17.4 (results/h200-2026-12-04-kernel-agent-w12.json)."""
     blocks = cdiv(cdiv(k, 2), FRAG_PAIRS)
-    block_k = FRAG_PAIRS * (2 if blocks % 2 == 0 else 1)
+    block_k = next(bk for bk in (256, 128, 64, 32) if blocks % (bk // FRAG_PAIRS) == 0)
     warps = 2
     while warps < 8 and cdiv(cdiv(n, FRAG_ROWS), warps) > MAX_GRID_Y:
         warps *= 2
-    tiles, steps, split = cdiv(n, warps * FRAG_ROWS), blocks // (block_k // FRAG_PAIRS), 1
-    while split < 8 and tiles * split < 4 * num_sms and steps // (split * 2) >= 2:
+    tiles, steps = cdiv(n, warps * FRAG_ROWS), blocks // (block_k // FRAG_PAIRS)
+    split = 1
+    while split < 8 and tiles < 2 * num_sms and 2 * split <= steps:
         split *= 2
-    if m == 1:
-        return _gemv(warps, block_k, split, decode="int")
-    return _mma(warps, block_k, min(64, max(8, next_pow2(m))), split, decode="int")
+    decode = "int" if interpreting() else "prmt"
+    return _mma(warps, block_k, min(64, max(8, next_pow2(m))), split, decode=decode, prefetch=1)
