@@ -2,10 +2,11 @@
 
 The engine launches ``space.default_config`` wherever the tuned cache has no entry for its
 environment (a new driver, torch or triton: stale entries are never reused). Per shape and M this
-times, on one case (the sweep's weights, rotating copies), three configs in interleaved rounds:
-the previous default (:func:`previous_default`, the heuristic as it was), the current one, and
-the row's winner in ``results/h200-2026-12-03-kernels-m1-16-one-start.json`` (the whole sweep on
-one machine start). Each is checked against the exact result before it is timed.
+times, on one case (the sweep's weights, rotating copies), four configs in interleaved rounds:
+the previous default (:func:`previous_default`, the heuristic as it was), the current one, the
+current one with the integer decode instead of the prmt (inline PTX) one, and the row's winner
+in ``results/h200-2026-12-03-kernels-m1-16-one-start.json`` (the whole sweep on one machine
+start). Each is checked against the exact result before it is timed.
 
 Run from the repository root::
 
@@ -79,8 +80,9 @@ def main() -> None:
     for shape in args.shapes.split(","):
         k, n = kb.SHAPES[shape]
         for m in (int(v) for v in args.m.split(",")):
-            configs = {"previous": previous_default(m, n, k, sms),
-                       "current": op.space.default_config(m, n, k, sms)}
+            now = op.space.default_config(m, n, k, sms)
+            configs = {"previous": previous_default(m, n, k, sms), "current": now,
+                       "current_int": {**now, "DECODE": "int"}}
             if (shape, m) in table:
                 configs["table_best"] = table[(shape, m)]
             copies = min(kb.MAX_COPIES, num_copies_for(n * k * 3 // 2))
@@ -100,10 +102,13 @@ def main() -> None:
                 row["current_over_previous"] = med["current"] / med["previous"]
             if med.get("table_best") and med["current"]:
                 row["current_over_table_best"] = med["current"] / med["table_best"]
+            if med["current_int"] and med["current"]:
+                row["int_over_prmt"] = med["current_int"] / med["current"]
             report["rows"].append(row)
             print({key: row.get(key) for key in ("shape", "m", "median_us",
                                                  "current_over_previous",
-                                                 "current_over_table_best")}, flush=True)
+                                                 "current_over_table_best", "int_over_prmt")},
+                  flush=True)
             del case
         (OUT / "h200_w12f_default.json").write_text(json.dumps(report, indent=1))
 
