@@ -246,10 +246,14 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     row tiles and more), 8-token tiles to M = 8 and 16-token tiles at 16. So: 2 warps (more where
     N has too many row tiles for the grid) x the largest of 256 / 128 / 64 / 32 pairs that
     divides a row's blocks, tiles of the next power of two of M from 8 to 64 tokens, split K 8
-    (at most one split per K step) while the row tiles do not fill twice the SMs. Under the
-    interpreter the integer decode (prmt is inline PTX). The defaults before 2026-12-04 (integer
-    decode, no PREFETCH, 64 pairs, the GEMV at M = 1) ran the 5120 x 6144 weight at M = 16 in
-    25.9 us where two tuning rounds found 17.4 (results/h200-2026-12-04-kernel-agent-w12.json)."""
+    (at most one split per K step) while the row tiles do not fill twice the SMs.
+
+    The prmt decode (inline PTX) is the default on a GPU: the integer decode in the same config
+    takes 1.33-1.61x its time, which puts W12 behind bf16, and token forcing on the deployment's
+    GPU gates every engine whatever its kernels decode with. Under the interpreter the integer
+    decode (it cannot run PTX). The defaults before 2026-12-04 (integer decode, no PREFETCH, 64
+    pairs, the GEMV at M = 1) took 1.26-1.95x the time of these on 24 decode rows
+    (results/h200-2026-12-04-w12f-default.json)."""
     blocks = cdiv(cdiv(k, 2), FRAG_PAIRS)
     block_k = next(bk for bk in (256, 128, 64, 32) if blocks % (bk // FRAG_PAIRS) == 0)
     warps = 2
