@@ -88,8 +88,8 @@ class TrialProcess:
 
     def __init__(self, spec: CaseSpec, reps: int, timeout_s: float,
                  start_timeout_s: float = START_TIMEOUT_S):
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if not 0 < timeout_s < float("inf"):
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s}")
         self.spec, self.reps, self.timeout_s = spec, reps, timeout_s
         self.start_timeout_s = start_timeout_s
         self.num_started = 0

@@ -12,6 +12,7 @@ functional check, not a speed measurement).
 """
 
 import dataclasses
+import math
 import os
 from typing import Annotated
 from typing import Literal
@@ -54,8 +55,9 @@ class Args:
         _ints(self.m, "m")
         if self.trials < 1:
             raise ValueError(f"--trials must be >= 1, got {self.trials}")
-        if not self.trial_timeout_s > 0:
-            raise ValueError(f"--trial-timeout-s must be > 0, got {self.trial_timeout_s}")
+        if not 0 < self.trial_timeout_s < math.inf:
+            raise ValueError(f"--trial-timeout-s must be a positive number of seconds, got "
+                             f"{self.trial_timeout_s}")
 
 
 def run(args: Args) -> int:

@@ -112,8 +112,11 @@ def test_cli_tune_kernel(kernel_cache_dir, monkeypatch, capsys):
     rows = [line.split()[0] for line in out.splitlines() if line.endswith("}")
             and line.split()[0].isdigit()]
     assert rows == ["1", "2"] and "configs.json" in out, out
-    with pytest.raises(SystemExit):
-        cli.main(["tune-kernel", "skinny_gemm", "--shape", "48", "--device", "cpu"])
+    for bad in (["--shape", "48"], ["--shape", "48,24", "--trial-timeout-s", "0"],
+                ["--shape", "48,24", "--trial-timeout-s", "inf"]):
+        with pytest.raises(SystemExit):
+            cli.main(["tune-kernel", "skinny_gemm", *bad, "--device", "cpu"])
+    assert "--trial-timeout-s must be a positive number" in capsys.readouterr().err
 
 
 def test_configs_stored_before_a_parameter_was_added_still_run(kernel_cache_dir):
