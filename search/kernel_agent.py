@@ -117,10 +117,10 @@ def ask_configs(study, space, m: int, n: int, k: int, num: int,
 
     import optuna
 
-    from specpilot.kernels.tuning.study import INVALID_PENALTY_US
     from specpilot.kernels.tuning.study import MAX_SKIPPED_PER_TRIAL
     from specpilot.kernels.tuning.study import explore_next
     from specpilot.kernels.tuning.study import suggest_config
+    from specpilot.kernels.tuning.study import told_invalid
 
     rng = random.Random(seed * 1000 + len(study.trials))
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
@@ -135,12 +135,7 @@ def ask_configs(study, space, m: int, n: int, k: int, num: int,
         trial = study.ask()
         config = suggest_config(trial, space, m)
         trial.set_user_attr("config", config)
-        try:
-            space.validate(config, m, n, k)
-        except ValueError as err:
-            trial.set_user_attr("state", f"invalid: {err}")
-            study.tell(trial, INVALID_PENALTY_US)
-            explore_next(study, space, m, n, k, rng)
+        if told_invalid(study, trial, config, space, m, n, k, rng):
             continue
         key = json.dumps(config, sort_keys=True)
         if key in known or key in batch:

@@ -83,7 +83,20 @@ def _serve(conn: Connection, spec: CaseSpec, reps: int) -> None:
             return
 
 
-class TrialProcess:
+class _Runner:
+    """A context manager that closes the runner on exit."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class TrialProcess(_Runner):
     """Evaluates configs of one case in a spawned child; see the module docstring."""
 
     def __init__(self, spec: CaseSpec, reps: int, timeout_s: float,
@@ -178,14 +191,8 @@ class TrialProcess:
         """Stop the child (it finishes the request it is on, if any, then exits)."""
         self._stop(kill=False)
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-
-class InProcess:
+class InProcess(_Runner):
     """:class:`TrialProcess`'s interface, evaluating in this process (no time limit)."""
 
     def __init__(self, spec: CaseSpec, reps: int):
@@ -202,15 +209,6 @@ class InProcess:
         from specpilot.kernels.tuning.study import evaluate
 
         return evaluate(self.op, self.case, config, self.device, self.reps, timed)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def trial_runner(spec: CaseSpec, reps: int, isolate: bool | None = None,

@@ -114,11 +114,11 @@ def random_valid_config(space, m: int, n: int, k: int, rng: random.Random,
     TPE on these categorical spaces soon proposes configs it has already seen, or invalid ones
     while it has few observations; the tuner follows each such proposal with one of these
     (``experiments/tuner_sampling_replay.py`` counts what that gains)."""
-    kernels = space.kernels_for(m)
+    params = {kernel: params_for(space, kernel) for kernel in space.kernels_for(m)}
     for _ in range(MAX_DRAWS):
-        kernel = rng.choice(kernels)
+        kernel = rng.choice(list(params))
         config = {"kernel": kernel, **{name: rng.choice(choices)
-                                       for name, choices in params_for(space, kernel).items()}}
+                                       for name, choices in params[kernel].items()}}
         try:
             space.validate(config, m, n, k)
         except ValueError:
@@ -135,6 +135,20 @@ def explore_next(study, space, m: int, n: int, k: int, rng: random.Random,
     config = random_valid_config(space, m, n, k, rng, extra_params)
     if config is not None:
         study.enqueue_trial(_as_params(config))
+
+
+def told_invalid(study, trial, config: dict, space, m: int, n: int, k: int, rng: random.Random,
+                 extra_params: dict | None = None) -> bool:
+    """True when ``space`` cannot run ``config`` here: the trial is then told COMPLETE with
+    :data:`INVALID_PENALTY_US` (state ``invalid: ...``) and a random valid config is queued."""
+    try:
+        space.validate(config, m, n, k)
+    except ValueError as err:
+        trial.set_user_attr("state", f"invalid: {err}")
+        study.tell(trial, INVALID_PENALTY_US)
+        explore_next(study, space, m, n, k, rng, extra_params)
+        return True
+    return False
 
 
 def _usable(entry: dict | None, space, m: int, n: int, k: int) -> dict | None:
@@ -276,13 +290,8 @@ def _run_trials(study, tunable, runner, m: int, n: int, k: int, trials: int,
         trial = study.ask()
         config = suggest_config(trial, tunable.space, m, extra_params)
         trial.set_user_attr("config", config)
-        try:
-            tunable.space.validate(config, m, n, k)
-        except ValueError as err:
-            trial.set_user_attr("state", f"invalid: {err}")
-            study.tell(trial, INVALID_PENALTY_US)
+        if told_invalid(study, trial, config, tunable.space, m, n, k, rng, extra_params):
             num_invalid += 1
-            explore_next(study, tunable.space, m, n, k, rng, extra_params)
             continue
         ck = json.dumps(config, sort_keys=True)
         repeat = ck in seen
