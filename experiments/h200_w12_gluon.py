@@ -82,7 +82,7 @@ def main() -> None:
             "w12f_best": (case_esc, lambda x, p: w12f.launcher(x, p, config=cfg_w12)),
             "w12f_best_clean": (case_clean, lambda x, p: w12f.launcher(x, p, config=cfg_w12)),
         }
-        for name in args.variants.split(","):
+        for name in filter(None, args.variants.split(",")):
             v = variant(name, m)
             contenders[f"gluon {name}"] = (
                 case_clean, lambda x, p, v=v: w12_gluon.w12g_gemm(x, p, pdl=bool(args.pdl), **v))
