@@ -9,6 +9,8 @@ checked against the fp64 product before it is timed:
   winner in ``results/h200-2026-12-03-kernels-m1-16-one-start.json``;
 - ``w12f_best``: the product's W12 GEMM at the row's winner, on weights with the sweeps' outlier
   rate (about 2.75e-4 escapes); ``w12f_best_clean``: the same config on weights with no escape;
+- ``w12f_best CHANGE`` (``--w12f-changes``): the winner with some values changed, on the same
+  weights as ``w12f_best``;
 - ``gluon WxFCxTxD``: the Gluon kernel (``W`` warps of 16 rows, ``FC`` 32-pair chunks per K step,
   ``T`` tokens, planes ``D`` steps ahead) on the escape-free weights (it applies no escapes).
 
@@ -55,6 +57,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=ROWS)
     parser.add_argument("--variants", default=VARIANTS)
+    parser.add_argument("--w12f-changes", default="",
+                        help="';'-separated changes to the W12 winner, each timed on the same "
+                             "weights, e.g. ESC_EARLY=4;ESC_EARLY=4,PREFETCH=1")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pdl", type=int, default=1)
     parser.add_argument("--note", default="")
@@ -82,6 +87,12 @@ def main() -> None:
             "w12f_best": (case_esc, lambda x, p: w12f.launcher(x, p, config=cfg_w12)),
             "w12f_best_clean": (case_clean, lambda x, p: w12f.launcher(x, p, config=cfg_w12)),
         }
+        for change in filter(None, args.w12f_changes.split(";")):
+            cfg = {**cfg_w12, **{key: int(v) for key, v in (kv.split("=")
+                                                         for kv in change.split(","))}}
+            cfg["ESC_CHUNK"] = 1 if cfg.get("ESC_EARLY") == 4 else cfg["ESC_CHUNK"]
+            contenders[f"w12f_best {change}"] = (
+                case_esc, lambda x, p, cfg=cfg: w12f.launcher(x, p, config=cfg))
         for name in filter(None, args.variants.split(",")):
             v = variant(name, m)
             contenders[f"gluon {name}"] = (

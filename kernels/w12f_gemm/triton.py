@@ -79,6 +79,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from specpilot.kernels.common.epilogue import store_splitk
 from specpilot.kernels.common.interpret import dot_acc
+from specpilot.kernels.common.interpret import dot_bf16
 from specpilot.kernels.common.launch import cdiv
 from specpilot.kernels.common.launch import lock_buffer
 from specpilot.kernels.common.launch import num_sms
@@ -196,6 +197,45 @@ def early_escapes(col, delta, x_ptr, stride_xm, offs_t, t_mask):
     return tl.sum(xv.to(tl.float32) * delta[None, :, :], axis=2)
 
 
+ESC_SLOTS: tl.constexpr = tl.constexpr(32)
+"""Escapes per one-hot MMA of ``ESC_EARLY`` 4 (:func:`escape_mma`)."""
+
+
+@triton.jit
+def escape_mma(acc, x_ptr, stride_xm, offs_t, t_mask, offs_n, row0, N, row_ptr, esc_col_ptr,
+               esc_delta_ptr, active):
+    """``acc [rows, tokens]`` (sums already scaled) plus the escapes of rows ``offs_n`` (rows
+    ``row0 ...`` of the program; none unless ``active``, split 0). The program's escapes are one
+    run in CSR order; :data:`ESC_SLOTS` at a time, x is gathered for the escapes that exist
+    (``[ESC_SLOTS, tokens]``: none for a row without one, where the walk of
+    :func:`apply_escapes` gathers a column for every row and token per round), multiplied by the
+    deltas in fp32, split into three bf16 parts (8 + 8 + 8 significant bits: exactly the fp32
+    product), and each part added to its rows by an MMA with a one-hot ``[rows, ESC_SLOTS]`` bf16
+    operand (1.0 where a slot is one of the row's escapes)."""
+    start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & active)
+    end = start + count
+    lo = tl.load(row_ptr + row0)
+    hi = tl.where(active, tl.load(row_ptr + tl.minimum(row0 + offs_n.shape[0], N)), lo)
+    for e0 in range(lo, hi, ESC_SLOTS):
+        slot = e0 + tl.arange(0, ESC_SLOTS)
+        has = slot < hi
+        col = tl.load(esc_col_ptr + slot, mask=has, other=0)
+        delta = tl.load(esc_delta_ptr + slot, mask=has, other=0.0)
+        xv = tl.load(x_ptr + offs_t[None, :] * stride_xm + col[:, None],
+                     mask=has[:, None] & t_mask[None, :], other=0.0)
+        c = xv.to(tl.float32) * delta[:, None]
+        c_hi = c.to(tl.bfloat16)
+        rest = c - c_hi.to(tl.float32)
+        c_mid = rest.to(tl.bfloat16)
+        c_lo = (rest - c_mid.to(tl.float32)).to(tl.bfloat16)
+        hot = tl.where((slot[None, :] >= start[:, None]) & (slot[None, :] < end[:, None]), 1.0,
+                       0.0).to(tl.bfloat16)
+        acc = dot_bf16(hot, c_hi, acc)
+        acc = dot_bf16(hot, c_mid, acc)
+        acc = dot_bf16(hot, c_lo, acc)
+    return acc
+
+
 @triton.jit
 def dot_halves(acc_a, acc_b, a, b, xa, xb, X_F32: tl.constexpr):
     """``(acc_a + a @ xa, acc_b + b @ xb)`` for decoded A tiles ``a`` (the low halves) and ``b``
@@ -283,8 +323,9 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     registers); ``ESC_EARLY`` 3: the rows' escape ranges load before the wait and the whole walk
     of :func:`apply_escapes` runs right after it, before the K loop, so split 0's walk overlaps
     the other programs' streaming instead of adding to the kernel's tail, and only its sums (one
-    fp32 per token and row) stay live through the loop; without any, the epilogue loads the rows'
-    escape ranges and walks them all, two dependent loads per escape."""
+    fp32 per token and row) stay live through the loop; ``ESC_EARLY`` 4: after the K loop, the
+    program's escapes as tensor-core MMAs (:func:`escape_mma`); without any, the epilogue loads
+    the rows' escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -333,6 +374,12 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         acc0 += acc2 + acc3
     if ESC_EARLY == 2:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
+    if ESC_EARLY == 4:
+        acc0 = escape_mma(acc0 * scale, x_ptr, stride_xm, offs_t, t_mask, offs_n,
+                          pid_n * (16 * W), N, row_ptr, esc_col_ptr, esc_delta_ptr, pid_k == 0)
+        scale = 1.0
+        none = tl.zeros([16 * W], dtype=tl.int32)
+        rows = (none, none)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
                pid_k, SPLIT_K, ESC_CHUNK, esc, rows)
