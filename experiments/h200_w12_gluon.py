@@ -90,7 +90,6 @@ def main() -> None:
         for change in filter(None, args.w12f_changes.split(";")):
             cfg = {**cfg_w12, **{key: int(v) for key, v in (kv.split("=")
                                                          for kv in change.split(","))}}
-            cfg["ESC_CHUNK"] = 1 if cfg.get("ESC_EARLY") == 4 else cfg["ESC_CHUNK"]
             contenders[f"w12f_best {change}"] = (
                 case_esc, lambda x, p, cfg=cfg: w12f.launcher(x, p, config=cfg))
         for name in filter(None, args.variants.split(",")):

@@ -19,9 +19,10 @@ more (the epilogue's walk costs two dependent loads per chunk); 2 fetches the sa
 the wait but gathers their x values after the K loop: one round of loads in the epilogue instead
 of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue;
 3 (mma only) loads the rows' escape ranges before the wait and walks all their escapes right
-after it, before the K loop, holding only the sums through it; 4 (mma only, ``ESC_CHUNK`` 1)
-adds the program's escapes after the K loop as MMAs, 32 at a time, gathering x only for the
-escapes that exist (``triton.escape_mma``).
+after it, before the K loop, holding only the sums through it; 4 (mma only) loads the program's
+first ``32 ESC_CHUNK`` escapes before the wait and their x values right after it (only for
+escapes that exist) and adds them after the K loop as MMAs, the rest gathered there ``32
+ESC_CHUNK`` at a time (``triton.escape_mma``).
 ``WGMMA`` (mma; 4 or 8 warps, ``BLOCK_T`` 16 or more, ``MMA_V2`` 0): the A operand's columns
 labelled in ``wgmma``'s register order, so Triton's ``wgmma`` takes the decoded planes without
 moving them between lanes (``triton.py``).
@@ -145,9 +146,6 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
         budget = _TMA_SMEM_BUDGET if kernel == "tma" else _SMEM_BUDGET
         if config["num_stages"] > 1 and smem > budget:
             raise ValueError(f"{kernel} pipeline needs {smem} B of shared memory > {budget}")
-    if kernel == "mma" and config["ESC_EARLY"] == 4 and config["ESC_CHUNK"] != 1:
-        raise ValueError("ESC_EARLY 4 applies escapes 32 at a time by MMA: ESC_CHUNK must be 1, "
-                         f"got {config['ESC_CHUNK']}")
     if kernel == "mma" and config["WGMMA"]:
         if config["MMA_V2"] or config["num_warps"] % 4 or config["BLOCK_T"] < 16:
             raise ValueError("WGMMA labels the A operand for wgmma, which Triton emits on 4 or 8 "

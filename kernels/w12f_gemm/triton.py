@@ -197,43 +197,49 @@ def early_escapes(col, delta, x_ptr, stride_xm, offs_t, t_mask):
     return tl.sum(xv.to(tl.float32) * delta[None, :, :], axis=2)
 
 
-ESC_SLOTS: tl.constexpr = tl.constexpr(32)
-"""Escapes per one-hot MMA of ``ESC_EARLY`` 4 (:func:`escape_mma`)."""
+@triton.jit
+def escape_run(row_ptr, row0, ROWS: tl.constexpr, N, active):
+    """``(lo, hi)``: the escapes of rows ``row0 .. row0 + ROWS`` (past N: none), one run in CSR
+    order; empty unless ``active`` (split 0)."""
+    lo = tl.load(row_ptr + row0)
+    return lo, tl.where(active, tl.load(row_ptr + tl.minimum(row0 + ROWS, N)), lo)
 
 
 @triton.jit
-def escape_mma(acc, x_ptr, stride_xm, offs_t, t_mask, offs_n, row0, N, row_ptr, esc_col_ptr,
-               esc_delta_ptr, active):
-    """``acc [rows, tokens]`` (sums already scaled) plus the escapes of rows ``offs_n`` (rows
-    ``row0 ...`` of the program; none unless ``active``, split 0). The program's escapes are one
-    run in CSR order; :data:`ESC_SLOTS` at a time, x is gathered for the escapes that exist
-    (``[ESC_SLOTS, tokens]``: none for a row without one, where the walk of
-    :func:`apply_escapes` gathers a column for every row and token per round), multiplied by the
-    deltas in fp32, split into three bf16 parts (8 + 8 + 8 significant bits: exactly the fp32
-    product), and each part added to its rows by an MMA with a one-hot ``[rows, ESC_SLOTS]`` bf16
-    operand (1.0 where a slot is one of the row's escapes)."""
-    start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & active)
-    end = start + count
-    lo = tl.load(row_ptr + row0)
-    hi = tl.where(active, tl.load(row_ptr + tl.minimum(row0 + offs_n.shape[0], N)), lo)
-    for e0 in range(lo, hi, ESC_SLOTS):
-        slot = e0 + tl.arange(0, ESC_SLOTS)
-        has = slot < hi
-        col = tl.load(esc_col_ptr + slot, mask=has, other=0)
-        delta = tl.load(esc_delta_ptr + slot, mask=has, other=0.0)
-        xv = tl.load(x_ptr + offs_t[None, :] * stride_xm + col[:, None],
-                     mask=has[:, None] & t_mask[None, :], other=0.0)
-        c = xv.to(tl.float32) * delta[:, None]
-        c_hi = c.to(tl.bfloat16)
-        rest = c - c_hi.to(tl.float32)
-        c_mid = rest.to(tl.bfloat16)
-        c_lo = (rest - c_mid.to(tl.float32)).to(tl.bfloat16)
-        hot = tl.where((slot[None, :] >= start[:, None]) & (slot[None, :] < end[:, None]), 1.0,
-                       0.0).to(tl.bfloat16)
-        acc = dot_bf16(hot, c_hi, acc)
-        acc = dot_bf16(hot, c_mid, acc)
-        acc = dot_bf16(hot, c_lo, acc)
-    return acc
+def escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, hi, SLOTS: tl.constexpr):
+    """``(slot, col, delta, has)`` ``[SLOTS]``: escapes ``e0, e0 + 1, ...`` below ``hi``
+    (column 0 and delta 0 past it). Weight data: may load before the PDL wait."""
+    slot = e0 + tl.arange(0, SLOTS)
+    has = slot < hi
+    col = tl.load(esc_col_ptr + slot, mask=has, other=0)
+    delta = tl.load(esc_delta_ptr + slot, mask=has, other=0.0)
+    return slot, col, delta, has
+
+
+@triton.jit
+def gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has):
+    """``[slots, tokens]``: x at the escapes' columns, only for slots that hold one."""
+    return tl.load(x_ptr + offs_t[None, :] * stride_xm + col[:, None],
+                   mask=has[:, None] & t_mask[None, :], other=0.0)
+
+
+@triton.jit
+def escape_mma(acc, xv, delta, slot, start, end):
+    """``acc [rows, tokens]`` (sums already scaled) plus the escapes in ``slot``: x at their
+    columns (``xv [slots, tokens]``, :func:`gather_x`) times their deltas in fp32, split into
+    three bf16 parts (8 + 8 + 8 significant bits: exactly the fp32 product), each part added to
+    its rows by an MMA with a one-hot ``[rows, slots]`` bf16 operand (1.0 where the slot is one of
+    the row's escapes, ``start <= slot < end``)."""
+    c = xv.to(tl.float32) * delta[:, None]
+    c_hi = c.to(tl.bfloat16)
+    rest = c - c_hi.to(tl.float32)
+    c_mid = rest.to(tl.bfloat16)
+    c_lo = (rest - c_mid.to(tl.float32)).to(tl.bfloat16)
+    hot = tl.where((slot[None, :] >= start[:, None]) & (slot[None, :] < end[:, None]), 1.0,
+                   0.0).to(tl.bfloat16)
+    acc = dot_bf16(hot, c_hi, acc)
+    acc = dot_bf16(hot, c_mid, acc)
+    return dot_bf16(hot, c_lo, acc)
 
 
 @triton.jit
@@ -323,8 +329,10 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     registers); ``ESC_EARLY`` 3: the rows' escape ranges load before the wait and the whole walk
     of :func:`apply_escapes` runs right after it, before the K loop, so split 0's walk overlaps
     the other programs' streaming instead of adding to the kernel's tail, and only its sums (one
-    fp32 per token and row) stay live through the loop; ``ESC_EARLY`` 4: after the K loop, the
-    program's escapes as tensor-core MMAs (:func:`escape_mma`); without any, the epilogue loads
+    fp32 per token and row) stay live through the loop; ``ESC_EARLY`` 4: the program's first ``32
+    ESC_CHUNK`` escapes load before the wait and their x values right after it, and after the K
+    loop all its escapes are added by tensor-core MMAs (:func:`escape_mma`), the rest gathered
+    there ``32 ESC_CHUNK`` at a time; without any, the epilogue loads
     the rows' escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
@@ -340,9 +348,13 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     if PREFETCH:
         early = load_planes(tiles + s_lo * (FC * 1536))
     rows = None
-    if ESC_EARLY == 3:
+    if ESC_EARLY >= 3:
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    elif ESC_EARLY > 0:
+    if ESC_EARLY == 4:
+        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
+        esc_slot, esc_col, esc_delta, esc_has = escape_slots_of_run(
+            esc_col_ptr, esc_delta_ptr, esc_lo, esc_hi, 32 * ESC_CHUNK)
+    elif ESC_EARLY > 0 and ESC_EARLY != 3:
         esc_col, esc_delta, esc_start, esc_count = escape_slots(
             row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
         rows = (esc_start, esc_count)
@@ -350,6 +362,8 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     esc = None
     if ESC_EARLY == 1:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
+    if ESC_EARLY == 4:
+        esc_x = gather_x(x_ptr, stride_xm, offs_t, t_mask, esc_col, esc_has)
     if ESC_EARLY == 3:
         # the whole walk now, while the other splits stream; none is left for the epilogue
         esc = apply_escapes(tl.zeros([BLOCK_T, 16 * W], dtype=tl.float32), x_ptr, stride_xm,
@@ -375,8 +389,13 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     if ESC_EARLY == 2:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     if ESC_EARLY == 4:
-        acc0 = escape_mma(acc0 * scale, x_ptr, stride_xm, offs_t, t_mask, offs_n,
-                          pid_n * (16 * W), N, row_ptr, esc_col_ptr, esc_delta_ptr, pid_k == 0)
+        esc_end = esc_start + esc_count
+        acc0 = escape_mma(acc0 * scale, esc_x, esc_delta, esc_slot, esc_start, esc_end)
+        for e0 in range(esc_lo + 32 * ESC_CHUNK, esc_hi, 32 * ESC_CHUNK):
+            slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, esc_hi,
+                                                        32 * ESC_CHUNK)
+            acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
+                              slot, esc_start, esc_end)
         scale = 1.0
         none = tl.zeros([16 * W], dtype=tl.int32)
         rows = (none, none)

@@ -126,8 +126,8 @@ CASES = [
     # (2% escapes), split K (only split 0 adds them), rows past N, two row blocks per warp, M = 1
     pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=4),
                  id="mma-esc-mma-M17"),
-    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=4),
-                 id="mma-esc-mma-split4"),
+    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=4,
+                                  esc_chunk=2), id="mma-esc-mma-split4-64-slots"),
     pytest.param(17, 260, 100, mma(warps=1, bk=32, block_t=16, rows=32, esc_early=4),
                  id="mma-esc-mma-32-rows-per-warp-rows-past-N"),
     pytest.param(1, 399, 70, mma(chains=2, esc_early=4), id="mma-esc-mma-M1"),
@@ -260,7 +260,6 @@ def test_each_gemm_refuses_the_other_order():
     (tma(warps=8, bk=256, block_t=64, rows=32, stages=8), 64, 8192, "shared memory"),
     (tma() | {"PREFETCH": 1}, 4, 512, "unknown config keys"),
     (tma() | {"CHAINS": 4}, 4, 512, "CHAINS"),
-    (mma(esc_early=4, esc_chunk=2), 4, 512, "ESC_CHUNK must be 1"),
     (tma(esc_early=4), 4, 512, "ESC_EARLY"),
 ])
 def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
