@@ -19,10 +19,9 @@ more (the epilogue's walk costs two dependent loads per chunk); 2 fetches the sa
 the wait but gathers their x values after the K loop: one round of loads in the epilogue instead
 of the walk's three (escape ranges, then columns, then x), and no registers held in the prologue;
 3 (mma only) loads the rows' escape ranges before the wait and walks all their escapes right
-after it, before the K loop, holding only the sums through it; 4 (mma only) loads the program's
-first ``32 ESC_CHUNK`` escapes before the wait and their x values right after it (only for
-escapes that exist) and adds them after the K loop as MMAs, the rest gathered there ``32
-ESC_CHUNK`` at a time (``triton.escape_mma``).
+after it, before the K loop, holding only the sums through it; 4 (mma only) adds the program's
+escapes after the K loop ``32 ESC_CHUNK`` at a time by MMAs, gathering x only for escapes that
+exist (``triton.escape_mma``).
 ``WGMMA`` (mma; 4 or 8 warps, ``BLOCK_T`` 16 or more, ``MMA_V2`` 0): the A operand's columns
 labelled in ``wgmma``'s register order, so Triton's ``wgmma`` takes the decoded planes without
 moving them between lanes (``triton.py``).

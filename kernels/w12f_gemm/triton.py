@@ -329,10 +329,12 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     registers); ``ESC_EARLY`` 3: the rows' escape ranges load before the wait and the whole walk
     of :func:`apply_escapes` runs right after it, before the K loop, so split 0's walk overlaps
     the other programs' streaming instead of adding to the kernel's tail, and only its sums (one
-    fp32 per token and row) stay live through the loop; ``ESC_EARLY`` 4: the program's first ``32
-    ESC_CHUNK`` escapes load before the wait and their x values right after it, and after the K
-    loop all its escapes are added by tensor-core MMAs (:func:`escape_mma`), the rest gathered
-    there ``32 ESC_CHUNK`` at a time; without any, the epilogue loads
+    fp32 per token and row) stay live through the loop; ``ESC_EARLY`` 4: after the K loop, the
+    program's escapes ``32 ESC_CHUNK`` at a time: their columns and deltas in one load each, x
+    gathered for the escapes that exist, added to their rows by tensor-core MMAs
+    (:func:`escape_mma`): two dependent loads per round where the walk takes two per escape of
+    the row with the most (holding anything through the K loop cost the 4-warp tiles 30-70
+    registers); without any, the epilogue loads
     the rows' escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
@@ -348,13 +350,9 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     if PREFETCH:
         early = load_planes(tiles + s_lo * (FC * 1536))
     rows = None
-    if ESC_EARLY >= 3:
+    if ESC_EARLY == 3:
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    if ESC_EARLY == 4:
-        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
-        esc_slot, esc_col, esc_delta, esc_has = escape_slots_of_run(
-            esc_col_ptr, esc_delta_ptr, esc_lo, esc_hi, 32 * ESC_CHUNK)
-    elif ESC_EARLY > 0 and ESC_EARLY != 3:
+    elif ESC_EARLY > 0:
         esc_col, esc_delta, esc_start, esc_count = escape_slots(
             row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
         rows = (esc_start, esc_count)
@@ -362,8 +360,6 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     esc = None
     if ESC_EARLY == 1:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
-    if ESC_EARLY == 4:
-        esc_x = gather_x(x_ptr, stride_xm, offs_t, t_mask, esc_col, esc_has)
     if ESC_EARLY == 3:
         # the whole walk now, while the other splits stream; none is left for the epilogue
         esc = apply_escapes(tl.zeros([BLOCK_T, 16 * W], dtype=tl.float32), x_ptr, stride_xm,
@@ -389,14 +385,15 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     if ESC_EARLY == 2:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     if ESC_EARLY == 4:
-        esc_end = esc_start + esc_count
-        acc0 = escape_mma(acc0 * scale, esc_x, esc_delta, esc_slot, esc_start, esc_end)
-        for e0 in range(esc_lo + 32 * ESC_CHUNK, esc_hi, 32 * ESC_CHUNK):
+        acc0 = acc0 * scale
+        scale = 1.0
+        esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
+        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
+        for e0 in range(esc_lo, esc_hi, 32 * ESC_CHUNK):
             slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, esc_hi,
                                                         32 * ESC_CHUNK)
             acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
-                              slot, esc_start, esc_end)
-        scale = 1.0
+                              slot, esc_start, esc_start + esc_count)
         none = tl.zeros([16 * W], dtype=tl.int32)
         rows = (none, none)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
