@@ -68,7 +68,7 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4],
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4, 5],
             "WGMMA": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
