@@ -68,7 +68,7 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4, 5],
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4],
             "WGMMA": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
@@ -219,6 +219,18 @@ SWEEP = [
     # M = 4). Escape-free weights run the same rows in 14.5-14.7 us
     # (results/h200-2026-12-03-w12f-esc-first-probe.json)
     {**_mma(2, 256, 8, 8, prefetch=1), "ESC_EARLY": 3, "ESC_CHUNK": 4},
+    # ESC_EARLY 4 (the program's escapes added after the K loop by one-hot MMAs, x gathered only
+    # for escapes that exist) on the M = 16 winners' tiles: at M = 16 the escape walk cost the
+    # winners 1.0-11.1 us over the same planes without escapes (gate_up 73.0 vs 65.6 us), 0.2-3.0
+    # at M = 2-8 (results/h200-2026-12-04-w12-escape-cost.json); ESC_EARLY 4 took qkvg 33.2 ->
+    # 31.4 us, gdn_in 36.4 -> 34.7, gate_up 72.8 -> 70.1, gdn_out 19.4 -> 18.8, mg_down level,
+    # and mg_gate_up (split 1: 128 registers instead of 95, a fifth wave) 103.3 -> 127.8
+    # (results/h200-2026-12-04-w12f-esc-mma.json)
+    *[{**config, "ESC_EARLY": 4} for config in (
+        {**_mma(2, 256, 16, prefetch=1), "CHAINS": 2},
+        {**_mma(2, 256, 16, prefetch=1, esc_chunk=2), "CHAINS": 2},
+        _mma(4, 128, 16, 2, mma_v2=1, prefetch=1), _mma(2, 256, 16, 8, prefetch=1),
+        _mma(2, 128, 16, 8, prefetch=1))],
     # M = 32 and 64: the M = 16 winners on wider token tiles (the table's winners at M = 32 and 64
     # were still the 16-token tiles, results/h200-2026-12-03-kernels-m32-64.json)
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),

@@ -334,7 +334,8 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     gathered for the escapes that exist, added to their rows by tensor-core MMAs
     (:func:`escape_mma`): two dependent loads per round where the walk takes two per escape of
     the row with the most (holding anything through the K loop cost the 4-warp tiles 30-70
-    registers); without any, the epilogue loads
+    registers: the first round's loads before the PDL wait were no faster on any M = 16 row of
+    the H200, results/h200-2026-12-04-w12f-esc-mma-early.json); without any, the epilogue loads
     the rows' escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
@@ -352,10 +353,6 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     rows = None
     if ESC_EARLY == 3:
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    elif ESC_EARLY == 5:
-        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
-        esc_slot, esc_col, esc_delta, esc_has = escape_slots_of_run(
-            esc_col_ptr, esc_delta_ptr, esc_lo, esc_hi, 32 * ESC_CHUNK)
     elif ESC_EARLY > 0:
         esc_col, esc_delta, esc_start, esc_count = escape_slots(
             row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
@@ -398,18 +395,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                                                         32 * ESC_CHUNK)
             acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
                               slot, esc_start, esc_start + esc_count)
-    if ESC_EARLY == 5:
-        acc0 = acc0 * scale
-        scale = 1.0
-        esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-        acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, esc_col, esc_has),
-                          esc_delta, esc_slot, esc_start, esc_start + esc_count)
-        for e0 in range(esc_lo + 32 * ESC_CHUNK, esc_hi, 32 * ESC_CHUNK):
-            slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, esc_hi,
-                                                        32 * ESC_CHUNK)
-            acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
-                              slot, esc_start, esc_start + esc_count)
-    if ESC_EARLY >= 4:  # every escape added: the epilogue walks none
+    if ESC_EARLY == 4:  # every escape added: the epilogue walks none
         none = tl.zeros([16 * W], dtype=tl.int32)
         rows = (none, none)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,

@@ -131,10 +131,6 @@ CASES = [
     pytest.param(17, 260, 100, mma(warps=1, bk=32, block_t=16, rows=32, esc_early=4),
                  id="mma-esc-mma-32-rows-per-warp-rows-past-N"),
     pytest.param(1, 399, 70, mma(chains=2, esc_early=4), id="mma-esc-mma-M1"),
-    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=5),
-                 id="mma-esc-mma-early-M17"),
-    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=5,
-                                  esc_chunk=2), id="mma-esc-mma-early-split4-64-slots"),
     # the A columns in wgmma's labels (WGMMA 1): x's pairs moved to the same labels
     pytest.param(17, 260, 64, {**mma(warps=4, bk=32, block_t=16), "WGMMA": 1}, id="mma-wgmma"),
     pytest.param(19, 1090, 70, {**mma(warps=4, bk=64, block_t=16, split=4, prefetch=1,
