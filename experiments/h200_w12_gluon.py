@@ -7,8 +7,10 @@ checked against the fp64 product before it is timed:
 
 - ``cublas``: torch.matmul on the bf16 weight; ``bf16_best``: the bf16 Triton GEMM at the row's
   winner in ``results/h200-2026-12-03-kernels-m1-16-one-start.json``;
-- ``w12f_best``: the product's W12 GEMM at the row's winner, on weights with the sweeps' outlier
-  rate (about 2.75e-4 escapes); ``w12f_best_clean``: the same config on weights with no escape;
+- ``w12f_best``: the product's W12 GEMM at the row's winner (``--w12f-base default``: at the
+  untuned default config; rows the table lacks time the bf16 GEMM's default config), on weights
+  with the sweeps' outlier rate (about 2.75e-4 escapes); ``w12f_best_clean``: the same config on
+  weights with no escape;
 - ``w12f_best CHANGE`` (``--w12f-changes``): the winner with some values changed, on the same
   weights as ``w12f_best``;
 - ``gluon WxFCxTxD``: the Gluon kernel (``W`` warps of 16 rows, ``FC`` 32-pair chunks per K step,
@@ -38,6 +40,7 @@ from specpilot.fingerprint import current  # noqa: E402
 from specpilot.kernels.common.bench import num_copies_for  # noqa: E402
 from specpilot.kernels.common.bench import time_calls  # noqa: E402
 from specpilot.kernels.common.check import check_close  # noqa: E402
+from specpilot.kernels.common.launch import num_sms  # noqa: E402
 from specpilot.kernels.tuning.ops import complete_config  # noqa: E402
 from specpilot.kernels.tuning.ops import get_op  # noqa: E402
 
@@ -57,6 +60,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=ROWS)
     parser.add_argument("--variants", default=VARIANTS)
+    parser.add_argument("--w12f-base", choices=("table", "default"), default="table",
+                        help="the W12 config the changes apply to: the row's winner in the table, "
+                             "or the untuned space.default_config")
     parser.add_argument("--w12f-changes", default="",
                         help="';'-separated changes to the W12 winner, each timed on the same "
                              "weights, e.g. ESC_EARLY=4;ESC_EARLY=4,PREFETCH=1")
@@ -74,9 +80,11 @@ def main() -> None:
         shape, m = item.split(":")
         m = int(m)
         k, n = kb.SHAPES[shape]
-        row_cfg = table[(shape, m)]
-        cfg_bf16 = complete_config(bf16.space, row_cfg["skinny_gemm"]["best"]["config"])
-        cfg_w12 = complete_config(w12f.space, row_cfg["w12f_gemm"]["best"]["config"])
+        row_cfg = table.get((shape, m))
+        cfg_bf16 = (bf16.space.default_config(m, n, k, num_sms(dev)) if row_cfg is None
+                    else complete_config(bf16.space, row_cfg["skinny_gemm"]["best"]["config"]))
+        cfg_w12 = (w12f.space.default_config(m, n, k, num_sms(dev)) if args.w12f_base == "default"
+                   else complete_config(w12f.space, row_cfg["w12f_gemm"]["best"]["config"]))
         copies = min(kb.MAX_COPIES, num_copies_for(n * k * 3 // 2))
         case_bf16 = bf16.make_case(m, n, k, dev, 0, min(kb.MAX_COPIES, num_copies_for(n * k * 2)))
         case_esc = w12f.make_case(m, n, k, dev, 0, copies)
