@@ -219,7 +219,7 @@ def test_escape_free_weights_have_no_escapes_and_still_multiply():
 
 
 def test_default_config_runs_odd_shapes():
-    for m, k, n in ((1, 67, 45), (6, 67, 45), (64, 2050, 20)):
+    for m, k, n in ((1, 67, 45), (6, 67, 45), (17, 67, 45), (64, 2050, 20)):
         w = synthetic_weight(n, k, torch.device("cpu"), 1)
         x = torch.randn(m, k).to(torch.bfloat16)
         exact, abs_sum = gemm_exact(x, w)
