@@ -224,7 +224,8 @@ SWEEP = [
     # winners 1.0-11.1 us over the same planes without escapes (gate_up 73.0 vs 65.6 us), 0.2-3.0
     # at M = 2-8 (results/h200-2026-12-04-w12-escape-cost.json); ESC_EARLY 4 took qkvg 33.2 ->
     # 31.4 us, gdn_in 36.4 -> 34.7, gate_up 72.8 -> 70.1, gdn_out 19.4 -> 18.8, mg_down level,
-    # and mg_gate_up (split 1: 128 registers instead of 95, a fifth wave) 103.3 -> 127.8
+    # and mg_gate_up (split 1: 128 registers instead of 95, so 4 programs per SM instead of 5 and
+    # its 624 programs spill into a second wave) 103.3 -> 127.4
     # (results/h200-2026-12-04-w12f-esc-mma.json)
     *[{**config, "ESC_EARLY": 4} for config in (
         {**_mma(2, 256, 16, prefetch=1), "CHAINS": 2},

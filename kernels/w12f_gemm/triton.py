@@ -208,7 +208,7 @@ def escape_run(row_ptr, row0, ROWS: tl.constexpr, N, active):
 @triton.jit
 def escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, hi, SLOTS: tl.constexpr):
     """``(slot, col, delta, has)`` ``[SLOTS]``: escapes ``e0, e0 + 1, ...`` below ``hi``
-    (column 0 and delta 0 past it). Weight data: may load before the PDL wait."""
+    (column 0 and delta 0 past it)."""
     slot = e0 + tl.arange(0, SLOTS)
     has = slot < hi
     col = tl.load(esc_col_ptr + slot, mask=has, other=0)
@@ -395,7 +395,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                                                         32 * ESC_CHUNK)
             acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
                               slot, esc_start, esc_start + esc_count)
-    if ESC_EARLY == 4:  # every escape added: the epilogue walks none
+        # every escape added: the epilogue walks none
         none = tl.zeros([16 * W], dtype=tl.int32)
         rows = (none, none)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
