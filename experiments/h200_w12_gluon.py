@@ -81,6 +81,8 @@ def main() -> None:
         m = int(m)
         k, n = kb.SHAPES[shape]
         row_cfg = table.get((shape, m))
+        if row_cfg is None and args.w12f_base == "table":
+            raise SystemExit(f"{shape} M={m} is not in {TABLE.name}: pass --w12f-base default")
         cfg_bf16 = (bf16.space.default_config(m, n, k, num_sms(dev)) if row_cfg is None
                     else complete_config(bf16.space, row_cfg["skinny_gemm"]["best"]["config"]))
         cfg_w12 = (w12f.space.default_config(m, n, k, num_sms(dev)) if args.w12f_base == "default"
@@ -124,11 +126,12 @@ def main() -> None:
         row = {"shape": shape, "m": m, "n": n, "k": k, "configs": {"bf16_best": cfg_bf16,
                "w12f_best": cfg_w12}, "states": states, "p50_us": times, "median_us": med}
         best_bf16 = min(med["cublas"] or 1e30, med["bf16_best"] or 1e30)
+        if med["w12f_best"]:
+            row["w12f_over_best_bf16"] = med["w12f_best"] / best_bf16
         if gluon and med["w12f_best"] and med["w12f_best_clean"]:
             best = min(gluon, key=gluon.get)
             est = gluon[best] + med["w12f_best"] - med["w12f_best_clean"]
             row.update(gluon_best=best, gluon_est=est, gluon_est_over_best_bf16=est / best_bf16,
-                       w12f_over_best_bf16=med["w12f_best"] / best_bf16,
                        gluon_over_w12f_clean=gluon[best] / med["w12f_best_clean"])
         report["rows"].append(row)
         print(json.dumps({key: row.get(key) for key in (

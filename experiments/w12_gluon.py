@@ -34,7 +34,10 @@ from specpilot.kernels.w12.triton import window_scale
 LO_ASM_C = gl.constexpr(_pairs_asm(False).replace("$3", "$6"))
 HI_ASM_C = gl.constexpr(_pairs_asm(True).replace("$3", "$6"))
 DECODE_CONSTRAINTS = gl.constexpr("=r,=r," + ",".join(["r"] * 8))
-X_STAGES = 3  # a step's copy targets the stage read two steps earlier: one barrier per step
+X_STAGES: gl.constexpr = gl.constexpr(3)
+"""x stages: a step's copy targets the stage read two steps earlier, so one barrier per step."""
+PLANE_WORDS: gl.constexpr = gl.constexpr(128)  # one plane of a 16 x 32 block, in 32-bit words
+STEP_WORDS: gl.constexpr = gl.constexpr(3 * 128)  # a block's three planes
 
 
 @gluon.jit
@@ -59,8 +62,8 @@ def _decode(sm, nib, ASM: gl.constexpr):
 def _load_step(p):
     """The three planes' words of one K step (nib, low-half sm, high-half sm) at ``p``."""
     nib = gl.load(p, eviction_policy="evict_first")
-    sm_a = gl.load(p + 128, eviction_policy="evict_first")
-    sm_b = gl.load(p + 256, eviction_policy="evict_first")
+    sm_a = gl.load(p + PLANE_WORDS, eviction_policy="evict_first")
+    sm_b = gl.load(p + 2 * PLANE_WORDS, eviction_policy="evict_first")
     return nib, sm_a, sm_b
 
 
@@ -100,20 +103,22 @@ def w12g_kernel(x_ptr, planes_ptr, out_ptr, M, N, K2, RB, KB, stride_xm, scale,
     pid_t = gl.program_id(0)
     pid_n = gl.program_id(1)
     steps = KB // FC
-    i = gl.arange(0, W * FC * 128, layout=word_layout)  # (chunk, row block, lane, word)
-    row_block = gl.minimum(pid_n * W + (i // 128) % W, RB - 1)
+    # (chunk, row block, lane, word)
+    i = gl.arange(0, W * FC * PLANE_WORDS, layout=word_layout)
+    row_block = gl.minimum(pid_n * W + (i // PLANE_WORDS) % W, RB - 1)
     words = planes_ptr.to(gl.pointer_type(gl.int32))
-    tiles = words + ((row_block.to(gl.int64) * KB + i // (W * 128)) * 384 + i % 128)
+    tiles = words + ((row_block.to(gl.int64) * KB + i // (W * PLANE_WORDS)) * STEP_WORDS
+                     + i % PLANE_WORDS)
 
     offs_xt = pid_t * T + gl.arange(0, T, layout=gl.SliceLayout(1, x_layout))
     offs_xj = gl.arange(0, 32 * FC, layout=gl.SliceLayout(0, x_layout))
     xt_mask = offs_xt < M
-    xa_smem = gl.allocate_shared_memory(gl.bfloat16, [3, T, 32 * FC], x_smem_layout)
-    xb_smem = gl.allocate_shared_memory(gl.bfloat16, [3, T, 32 * FC], x_smem_layout)
+    xa_smem = gl.allocate_shared_memory(gl.bfloat16, [X_STAGES, T, 32 * FC], x_smem_layout)
+    xb_smem = gl.allocate_shared_memory(gl.bfloat16, [X_STAGES, T, 32 * FC], x_smem_layout)
 
     nib, sm_a, sm_b = _load_step(tiles)
     if DEPTH == 2:
-        nib1, sm_a1, sm_b1 = _load_step(tiles + gl.minimum(1, steps - 1) * (FC * 384))
+        nib1, sm_a1, sm_b1 = _load_step(tiles + gl.minimum(1, steps - 1) * (FC * STEP_WORDS))
     if PDL:
         gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32,
                                   is_pure=False, pack=1)
@@ -124,16 +129,17 @@ def w12g_kernel(x_ptr, planes_ptr, out_ptr, M, N, K2, RB, KB, stride_xm, scale,
     async_copy.commit_group()
     acc = gl.zeros([16 * W, T], gl.float32, mma)
     for s in range(0, steps):
-        nib_n, sm_a_n, sm_b_n = _load_step(tiles + gl.minimum(s + DEPTH, steps - 1) * (FC * 384))
+        ahead = gl.minimum(s + DEPTH, steps - 1)
+        nib_n, sm_a_n, sm_b_n = _load_step(tiles + ahead * (FC * STEP_WORDS))
         nxt = gl.minimum(s + 1, steps - 1)
-        stage = (s + 1) % 3
+        stage = (s + 1) % X_STAGES
         _copy_x(xa_smem.index(stage), xb_smem.index(stage), x_ptr, offs_xt, offs_xj, xt_mask,
                 stride_xm, K2, nxt * (32 * FC))
         async_copy.commit_group()
         async_copy.wait_group(1)
         gl.thread_barrier()
-        xa = xa_smem.index(s % 3).permute([1, 0]).load(b_layout)
-        xb = xb_smem.index(s % 3).permute([1, 0]).load(b_layout)
+        xa = xa_smem.index(s % X_STAGES).permute([1, 0]).load(b_layout)
+        xb = xb_smem.index(s % X_STAGES).permute([1, 0]).load(b_layout)
         a = _to_a(_decode(sm_a, nib, LO_ASM_C), W, FC, a_layout)
         acc = mma_v2(a, xa, acc)
         b = _to_a(_decode(sm_b, nib, HI_ASM_C), W, FC, a_layout)
