@@ -21,9 +21,7 @@ of the walk's three (escape ranges, then columns, then x), and no registers held
 3 (mma only) loads the rows' escape ranges before the wait and walks all their escapes right
 after it, before the K loop, holding only the sums through it; 4 (mma only) adds the program's
 escapes after the K loop ``32 ESC_CHUNK`` at a time by MMAs, gathering x only for escapes that
-exist (``triton.escape_mma``); 5-7 (mma only) the same sums in the same order with the loads
-moved: the run's bounds before the wait (5), the first round's columns and deltas (6) and x (7)
-in flight during the last K step.
+exist (``triton.escape_mma``).
 ``WGMMA`` (mma; 4 or 8 warps, ``BLOCK_T`` 16 or more, ``MMA_V2`` 0): the A operand's columns
 labelled in ``wgmma``'s register order, so Triton's ``wgmma`` takes the decoded planes without
 moving them between lanes (``triton.py``).
@@ -70,7 +68,7 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": 
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4, 5, 6, 7],
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4],
             "WGMMA": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
@@ -263,11 +261,12 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     row tiles and more), 8-token tiles to M = 8 and 16-token tiles at 16. So: 2 warps (more where
     N has too many row tiles for the grid) x the largest of 256 / 128 / 64 / 32 pairs that
     divides a row's blocks, tiles of the next power of two of M from 8 to 64 tokens, split K 8
-    (at most one split per K step) while the row tiles do not fill twice the SMs. The escapes
-    keep the walk (``ESC_EARLY`` 0) until token forcing on the GPU has run with ``ESC_EARLY`` 4:
-    on this default config, rounds of 64 escapes by MMA (``ESC_CHUNK`` 2) took 0.947-1.010x the
-    walk's time at M = 16 and 0.835-0.939x at M = 32 on the eight decode shapes
-    (results/h200-2026-12-04-w12f-default-esc-mma.json).
+    (at most one split per K step) while the row tiles do not fill twice the SMs. On 16- and
+    32-token tiles the escapes are added by MMAs in rounds of 64 (``ESC_EARLY`` 4, ``ESC_CHUNK``
+    2): on this default config 0.947-1.010x the walk's time at M = 16 (six of eight decode
+    shapes faster, q3_down and mg_down level) and 0.835-0.939x at M = 32 (all eight; qkvg 63.2 ->
+    52.8 us), results/h200-2026-12-04-w12f-default-esc-mma.json; 8-token tiles keep the walk (it
+    costs little there), 64-token tiles were not measured.
 
     The prmt decode (inline PTX) is the default on a GPU: the integer decode in the same config
     takes 1.33-1.61x its time, which puts W12 behind bf16, and token forcing on the deployment's
@@ -285,4 +284,6 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> dict:
     while split < 8 and tiles < 2 * num_sms and 2 * split <= steps:
         split *= 2
     decode = "int" if interpreting() else "prmt"
-    return _mma(warps, block_k, min(64, max(8, next_pow2(m))), split, decode=decode, prefetch=1)
+    block_t = min(64, max(8, next_pow2(m)))
+    esc = {"esc_early": 4, "esc_chunk": 2} if 16 <= block_t <= 32 else {}
+    return _mma(warps, block_k, block_t, split, decode=decode, prefetch=1, **esc)

@@ -335,13 +335,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     (:func:`escape_mma`): two dependent loads per round where the walk takes two per escape of
     the row with the most (holding anything through the K loop cost the 4-warp tiles 30-70
     registers: the first round's loads before the PDL wait were no faster on any M = 16 row of
-    the H200, results/h200-2026-12-04-w12f-esc-mma-early.json); ``ESC_EARLY`` 5: the same, with the
-    program's escape run bounds (two scalars) loaded before the wait, so the epilogue's first
-    loads (the rows' ranges, the first round's columns and deltas) are independent; 6: also the
-    last K step taken out of the loop, the first round's columns and deltas loaded right after
-    its planes so they are in flight under its MMAs; 7: their x values gathered there too (the
-    registers they hold during that step: :func:`escape_mma`'s first round, then the rest of
-    the rounds after the loop as in 4); without any, the epilogue loads
+    the H200, results/h200-2026-12-04-w12f-esc-mma-early.json); without any, the epilogue loads
     the rows' escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
@@ -359,9 +353,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     rows = None
     if ESC_EARLY == 3:
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    if ESC_EARLY >= 5:
-        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
-    if ESC_EARLY == 1 or ESC_EARLY == 2:
+    elif ESC_EARLY > 0:
         esc_col, esc_delta, esc_start, esc_count = escape_slots(
             row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
         rows = (esc_start, esc_count)
@@ -383,40 +375,21 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_lo * (FC * 1536),
                                           x_cols, t_mask, s_lo, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32, early, WGMMA)
-    s_end = s_hi - 1 if ESC_EARLY >= 6 else s_hi
-    for s in range(s_lo + PREFETCH, s_end):
+    for s in range(s_lo + PREFETCH, s_hi):
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
                                           x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32, None, WGMMA)
-    if ESC_EARLY >= 6:
-        # the last K step's planes, then the first round's escapes (7: and their x values), all
-        # in flight together; the step (unless PREFETCH's block already took it) after them
-        last = load_planes(tiles + s_end * (FC * 1536))
-        slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, esc_lo, esc_hi,
-                                                    32 * ESC_CHUNK)
-        if ESC_EARLY == 7:
-            xv = gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has)
-        if s_end >= s_lo + PREFETCH:
-            acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_end * (FC * 1536),
-                                              x_cols, t_mask, s_end, K, K2, FC, FS, W, CHAINS,
-                                              ASM, X_F32, last, WGMMA)
     if CHAINS >= 2:
         acc0 += acc1
     if CHAINS == 4:
         acc0 += acc2 + acc3
     if ESC_EARLY == 2:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
-    if ESC_EARLY >= 4:
+    if ESC_EARLY == 4:
         acc0 = acc0 * scale
         scale = 1.0
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-        if ESC_EARLY == 4:
-            esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
-        if ESC_EARLY >= 6:
-            if ESC_EARLY == 6:
-                xv = gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has)
-            acc0 = escape_mma(acc0, xv, delta, slot, esc_start, esc_start + esc_count)
-            esc_lo += 32 * ESC_CHUNK
+        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
         for e0 in range(esc_lo, esc_hi, 32 * ESC_CHUNK):
             slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, esc_hi,
                                                         32 * ESC_CHUNK)
