@@ -12,7 +12,8 @@ checked against the fp64 product before it is timed:
   with the sweeps' outlier rate (about 2.75e-4 escapes); ``w12f_best_clean``: the same config on
   weights with no escape;
 - ``w12f_best CHANGE`` (``--w12f-changes``): the winner with some values changed, on the same
-  weights as ``w12f_best``;
+  weights as ``w12f_best`` (``--changes-clean``: also ``w12f_best_clean CHANGE``, on the
+  escape-free weights);
 - ``gluon WxFCxTxD``: the Gluon kernel (``W`` warps of 16 rows, ``FC`` 32-pair chunks per K step,
   ``T`` tokens, planes ``D`` steps ahead) on the escape-free weights (it applies no escapes).
 
@@ -66,6 +67,8 @@ def main() -> None:
     parser.add_argument("--w12f-changes", default="",
                         help="';'-separated changes to the W12 winner, each timed on the same "
                              "weights, e.g. ESC_EARLY=4;ESC_EARLY=4,PREFETCH=1")
+    parser.add_argument("--changes-clean", action="store_true",
+                        help="also time each change on the escape-free weights")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pdl", type=int, default=1)
     parser.add_argument("--note", default="")
@@ -102,6 +105,9 @@ def main() -> None:
                                                          for kv in change.split(","))}}
             contenders[f"w12f_best {change}"] = (
                 case_esc, lambda x, p, cfg=cfg: w12f.launcher(x, p, config=cfg))
+            if args.changes_clean:
+                contenders[f"w12f_best_clean {change}"] = (
+                    case_clean, lambda x, p, cfg=cfg: w12f.launcher(x, p, config=cfg))
         for name in filter(None, args.variants.split(",")):
             v = variant(name, m)
             contenders[f"gluon {name}"] = (
