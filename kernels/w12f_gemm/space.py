@@ -64,7 +64,7 @@ __all__ = ["KEY", "PARAMS", "SWEEP", "configs", "default_config", "kernels_for",
 
 KEY = ("M_BUCKET", "N", "K")
 
-_COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8], "num_warps": [1, 2, 4, 8],
+_COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 3, 4, 6, 8], "num_warps": [1, 2, 4, 8],
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],

@@ -131,6 +131,11 @@ CASES = [
     pytest.param(17, 260, 100, mma(warps=1, bk=32, block_t=16, rows=32, esc_early=4),
                  id="mma-esc-mma-32-rows-per-warp-rows-past-N"),
     pytest.param(1, 399, 70, mma(chains=2, esc_early=4), id="mma-esc-mma-M1"),
+    # split K 3 (9 K steps: 3 each) and 6 (2 each: 5 splits, the last with one step)
+    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=3, prefetch=1, esc_early=4),
+                 id="mma-esc-mma-split3"),
+    pytest.param(17, 1090, 40, mma(warps=2, bk=64, block_t=16, split=6, prefetch=1),
+                 id="mma-split6-five-splits"),
     # the A columns in wgmma's labels (WGMMA 1): x's pairs moved to the same labels
     pytest.param(17, 260, 64, {**mma(warps=4, bk=32, block_t=16), "WGMMA": 1}, id="mma-wgmma"),
     pytest.param(19, 1090, 70, {**mma(warps=4, bk=64, block_t=16, split=4, prefetch=1,
