@@ -232,6 +232,14 @@ SWEEP = [
         {**_mma(2, 256, 16, prefetch=1, esc_chunk=2), "CHAINS": 2},
         _mma(4, 128, 16, 2, mma_v2=1, prefetch=1), _mma(2, 256, 16, 8, prefetch=1),
         _mma(2, 128, 16, 8, prefetch=1))],
+    # Split K 3 and 6 with ESC_EARLY 4 on the narrow projections' winners' tiles (the split-8
+    # tiles leave 1.8 waves of programs on gdn_out): gdn_out M = 4 15.78 us (split 8 with the
+    # walk: 16.96), M = 8 16.46 (17.41), M = 16 18.40 (19.58), q3_down M = 16 41.07 (42.54); the
+    # same splits with the walk were level or slower, and mg_down gained nothing
+    # (results/h200-2026-12-04-w12f-split-probe.json)
+    {**_mma(1, 128, 8, 6, prefetch=1), "CHAINS": 2, "ESC_EARLY": 4},
+    {**_mma(2, 256, 8, 3, prefetch=1), "ESC_EARLY": 4},
+    *[{**_mma(2, 256, 16, split, prefetch=1), "ESC_EARLY": 4} for split in (3, 6)],
     # M = 32 and 64: the M = 16 winners on wider token tiles (the table's winners at M = 32 and 64
     # were still the 16-token tiles, results/h200-2026-12-03-kernels-m32-64.json)
     _mma(2, 128, 32, 4), _mma(2, 256, 32), _mma(4, 128, 32, mma_v2=1), _mma(2, 128, 64, 2),

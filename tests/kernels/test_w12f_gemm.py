@@ -257,7 +257,7 @@ def test_each_gemm_refuses_the_other_order():
     (mma(bk=128), 4, 399, "dividing the 7 blocks"),
     (gemv(), 2, 512, "cannot run M=2"),
     (mma(block_t=32), 4, 512, "pads M=4"),
-    (mma() | {"SPLIT_K": 3}, 4, 512, "SPLIT_K"),
+    (mma() | {"SPLIT_K": 5}, 4, 512, "SPLIT_K"),
     (mma() | {"num_stages": 3, "BLOCK_K": 256, "BLOCK_T": 64, "num_warps": 8}, 64, 8192,
      "shared memory"),
     (mma(bk=32, chains=4), 4, 512, "even number of 32-pair blocks"),
