@@ -335,7 +335,12 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     (:func:`escape_mma`): two dependent loads per round where the walk takes two per escape of
     the row with the most (holding anything through the K loop cost the 4-warp tiles 30-70
     registers: the first round's loads before the PDL wait were no faster on any M = 16 row of
-    the H200, results/h200-2026-12-04-w12f-esc-mma-early.json); without any, the epilogue loads
+    the H200, results/h200-2026-12-04-w12f-esc-mma-early.json; nor were the run's bounds loaded
+    before the wait, or the first round's columns, deltas and x loaded during a peeled last K
+    step: ...-w12f-esc-mma-last-step.json. A round's cost is its code, about 620 instructions a
+    thread on the 2-warp 256-pair tile, most of them the one-hot operand and its trip through
+    shared memory: qkvg 1.8 us at M = 16 over the same planes without escapes,
+    ...-w12f-esc-mma-clean.json); without any, the epilogue loads
     the rows' escape ranges and walks them all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
