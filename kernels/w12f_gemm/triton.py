@@ -358,7 +358,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     rows = None
     if ESC_EARLY == 3:
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    elif ESC_EARLY > 0:
+    elif ESC_EARLY == 1 or ESC_EARLY == 2:  # 4 loads its escapes after the K loop
         esc_col, esc_delta, esc_start, esc_count = escape_slots(
             row_ptr, esc_col_ptr, esc_delta_ptr, offs_n, (offs_n < N) & (pid_k == 0), ESC_CHUNK)
         rows = (esc_start, esc_count)
