@@ -155,22 +155,24 @@ def load_planes(p):
 @triton.jit
 def store_rows(y, scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K: tl.constexpr,
-               ESC_CHUNK: tl.constexpr, early=None, rows=None):
+               ESC_CHUNK: tl.constexpr, early=None, rows=None, DONE: tl.constexpr = False):
     """``y [tokens, rows]`` (fp32 sums of the scaled decode): scale, the rows' escapes (split 0
     only; ``early``: the sum of each row's first ``ESC_CHUNK`` escapes, :func:`early_escapes`, so
     only the rest are walked here; ``rows``: their ``(start, count)`` as :func:`escape_slots`
-    loaded them, else loaded here), store (split K: :func:`store_splitk`)."""
-    y = y * scale
-    if rows is None:
-        start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
-    else:
-        start, count = rows
-    first = 0
-    if early is not None:
-        y += early
-        first = ESC_CHUNK
-    y = apply_escapes(y, x_ptr, stride_xm, offs_t, M, start, count, first, esc_col_ptr,
-                      esc_delta_ptr, ESC_CHUNK)
+    loaded them, else loaded here), store (split K: :func:`store_splitk`). ``DONE``: ``y`` is
+    already scaled with every escape added (``ESC_EARLY`` 4): store only."""
+    if not DONE:
+        y = y * scale
+        if rows is None:
+            start, count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
+        else:
+            start, count = rows
+        first = 0
+        if early is not None:
+            y += early
+            first = ESC_CHUNK
+        y = apply_escapes(y, x_ptr, stride_xm, offs_t, M, start, count, first, esc_col_ptr,
+                          esc_delta_ptr, ESC_CHUNK)
     store_splitk(y, out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, tile_id, pid_k, SPLIT_K)
 
 
@@ -392,7 +394,6 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     if ESC_EARLY == 4:
         acc0 = acc0 * scale
-        scale = 1.0
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
         esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
         for e0 in range(esc_lo, esc_hi, 32 * ESC_CHUNK):
@@ -400,12 +401,9 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                                                         32 * ESC_CHUNK)
             acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
                               slot, esc_start, esc_start + esc_count)
-        # every escape added: the epilogue walks none
-        none = tl.zeros([16 * W], dtype=tl.int32)
-        rows = (none, none)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
-               pid_k, SPLIT_K, ESC_CHUNK, esc, rows)
+               pid_k, SPLIT_K, ESC_CHUNK, esc, rows, ESC_EARLY == 4)
 
 
 @triton.jit
