@@ -21,7 +21,8 @@ of the walk's three (escape ranges, then columns, then x), and no registers held
 3 (mma only) loads the rows' escape ranges before the wait and walks all their escapes right
 after it, before the K loop, holding only the sums through it; 4 (mma only) adds the program's
 escapes after the K loop ``32 ESC_CHUNK`` at a time by MMAs, gathering x only for escapes that
-exist (``triton.escape_mma``).
+exist (``triton.escape_mma``); 8 (mma only) runs those rounds inside the K loop, one per K step
+after the step's plane loads, split s taking rounds s, s + ``SPLIT_K``, ... (not yet timed).
 ``WGMMA`` (mma; 4 or 8 warps, ``BLOCK_T`` 16 or more, ``MMA_V2`` 0): the A operand's columns
 labelled in ``wgmma``'s register order, so Triton's ``wgmma`` takes the decoded planes without
 moving them between lanes (``triton.py``).
@@ -68,7 +69,7 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 3, 4, 6, 8], "num_wa
            "DECODE": ["int", "prmt"], "ESC_CHUNK": [1, 2, 4, 8], "PREFETCH": [0, 1]}
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
-            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4],
+            "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4, 8],
             "WGMMA": [0, 1]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},

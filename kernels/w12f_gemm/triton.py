@@ -245,6 +245,17 @@ def escape_mma(acc, xv, delta, slot, start, end):
 
 
 @triton.jit
+def escape_round(acc, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr, esc_delta_ptr, e0, hi,
+                 start, end, inv_scale, SLOTS: tl.constexpr):
+    """:func:`escape_mma` of the ``SLOTS`` escapes from ``e0`` (below ``hi``) on unscaled sums
+    ``acc``: the deltas times ``inv_scale`` (a power of two, so ``x * delta`` rounds as before
+    and the final scale restores it exactly, outside fp32 under- and overflow)."""
+    slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, hi, SLOTS)
+    return escape_mma(acc, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has),
+                      delta * inv_scale, slot, start, end)
+
+
+@triton.jit
 def dot_halves(acc_a, acc_b, a, b, xa, xb, X_F32: tl.constexpr):
     """``(acc_a + a @ xa, acc_b + b @ xb)`` for decoded A tiles ``a`` (the low halves) and ``b``
     (the high) against their x tiles; ``acc_b`` None: one accumulator, ``acc_a`` returned twice.
@@ -342,8 +353,15 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     step: ...-w12f-esc-mma-last-step.json. A round's cost is its code, about 620 instructions a
     thread on the 2-warp 256-pair tile, most of them the one-hot operand and its trip through
     shared memory: qkvg 1.8 us at M = 16 over the same planes without escapes,
-    ...-w12f-esc-mma-clean.json); without any, the epilogue loads
-    the rows' escape ranges and walks them all, two dependent loads per escape."""
+    ...-w12f-esc-mma-clean.json); ``ESC_EARLY`` 8: those rounds inside the K loop, one per
+    iteration after its step's plane loads are issued, so a round's loads and code run while the
+    planes are in flight rather than in a tail where none are; split s takes rounds s, s +
+    ``SPLIT_K``, ... (split K spreads them where 4 leaves all to split 0), on the unscaled sums
+    (deltas times ``1 / scale``); rounds past the loop's iterations run after it. Not yet timed on
+    the H200: compiled for sm_90a, the 2-warp 256-pair 16-token tile takes 254 registers with
+    32-slot rounds (241 with ``ESC_EARLY`` 4; 64-slot rounds spill 68 bytes inside the loop), the
+    8-token tile 250 (174); without any, the epilogue loads the rows' escape ranges and walks them
+    all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -382,14 +400,36 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s_lo * (FC * 1536),
                                           x_cols, t_mask, s_lo, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32, early, WGMMA)
+    if ESC_EARLY == 8:  # every split takes rounds: pid_k, pid_k + SPLIT_K, ...
+        esc_start, esc_count = escape_rows(row_ptr, offs_n, offs_n < N)
+        esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, True)
+        esc_end = esc_start + esc_count
+        inv_scale = 1.0 / scale  # a power of two: exact
     for s in range(s_lo + PREFETCH, s_hi):
+        planes = None
+        if ESC_EARLY == 8:
+            # this step's planes are in flight while the split's next round (if any) runs
+            planes = load_planes(tiles + s * (FC * 1536))
+            e0 = esc_lo + (pid_k + (s - s_lo - PREFETCH) * SPLIT_K) * (32 * ESC_CHUNK)
+            if e0 < esc_hi:
+                acc0 = escape_round(acc0, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
+                                    esc_delta_ptr, e0, esc_hi, esc_start, esc_end, inv_scale,
+                                    32 * ESC_CHUNK)
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
                                           x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
-                                          X_F32, None, WGMMA)
+                                          X_F32, planes, WGMMA)
     if CHAINS >= 2:
         acc0 += acc1
     if CHAINS == 4:
         acc0 += acc2 + acc3
+    if ESC_EARLY == 8:  # rounds the loop had no step for
+        looped = tl.maximum(s_hi - s_lo - PREFETCH, 0)
+        for e0 in range(esc_lo + (pid_k + looped * SPLIT_K) * (32 * ESC_CHUNK), esc_hi,
+                        SPLIT_K * (32 * ESC_CHUNK)):
+            acc0 = escape_round(acc0, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
+                                esc_delta_ptr, e0, esc_hi, esc_start, esc_end, inv_scale,
+                                32 * ESC_CHUNK)
+        acc0 = acc0 * scale
     if ESC_EARLY == 2:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     if ESC_EARLY == 4:
@@ -403,7 +443,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
                               slot, esc_start, esc_start + esc_count)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
-               pid_k, SPLIT_K, ESC_CHUNK, esc, rows, ESC_EARLY == 4)
+               pid_k, SPLIT_K, ESC_CHUNK, esc, rows, ESC_EARLY == 4 or ESC_EARLY == 8)
 
 
 @triton.jit

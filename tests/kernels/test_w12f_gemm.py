@@ -131,6 +131,21 @@ CASES = [
     pytest.param(17, 260, 100, mma(warps=1, bk=32, block_t=16, rows=32, esc_early=4),
                  id="mma-esc-mma-32-rows-per-warp-rows-past-N"),
     pytest.param(1, 399, 70, mma(chains=2, esc_early=4), id="mma-esc-mma-M1"),
+    # the rounds inside the K loop (ESC_EARLY 8), one per K step while the step's planes load,
+    # split s taking rounds s, s + SPLIT_K, ...: more rounds than steps (the rest after the
+    # loop), split K (five splits, the last with only its prefetched step), 4 chains, M = 1,
+    # all in the loop
+    pytest.param(17, 260, 64, mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=8),
+                 id="mma-esc-loop-rounds-past-the-steps"),
+    pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=4, prefetch=1, esc_early=8,
+                                  esc_chunk=2), id="mma-esc-loop-split4"),
+    pytest.param(17, 499, 64, mma(warps=2, bk=64, block_t=16, chains=4, prefetch=1,
+                                  esc_early=8), id="mma-esc-loop-4-chains"),
+    pytest.param(1, 399, 70, mma(chains=2, esc_early=8), id="mma-esc-loop-M1"),
+    pytest.param(17, 1090, 40, mma(warps=2, bk=64, block_t=16, split=6, prefetch=1,
+                                   esc_early=8), id="mma-esc-loop-five-splits-last-loopless"),
+    pytest.param(9, 1090, 40, mma(warps=2, bk=32, esc_early=8, esc_chunk=4),
+                 id="mma-esc-loop-all-in-the-loop"),
     # split K 3 (9 K steps: 3 each) and 6 (2 each: 5 splits, the last with one step)
     pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=3, prefetch=1, esc_early=4),
                  id="mma-esc-mma-split3"),
@@ -332,6 +347,8 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                              {**mma, "ESC_EARLY": 1, "ESC_CHUNK": 4}),
                             ("mma-late-gathers", ft.w12f_fwd_kernel_mma,
                              {**mma, "ESC_EARLY": 2, "ESC_CHUNK": 4}),
+                            ("mma-esc-loop", ft.w12f_fwd_kernel_mma,
+                             {**mma, "ESC_EARLY": 8, "ESC_CHUNK": 1}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
@@ -343,6 +360,10 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
         out[name + ("-prefetch" if prefetch else "")] = {
             "converts_to_a": len(to_a),
             "plane_loads": sum(1 for i in body if "LDG.E.EF.128" in i),
+            "last_plane_load": max((k for k, i in enumerate(body) if "LDG.E.EF.128" in i),
+                                   default=-1),
+            "first_x_gather": min((k for k, i in enumerate(body) if "LDG.E.U16" in i),
+                                  default=-1),
             "ops": collections.Counter(opcode(i) for i in body),
             "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before),
             "x_gather_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
@@ -427,6 +448,19 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
     assert late["plane_loads"] == 12 and late["ops"]["HMMA"] == mma_ops["HMMA"]
     assert mma_ops["HMMA"] == 16 and mma_ops["STS"] <= 4
     assert gemv_ops["SHFL"] == 0 and gemv_ops["FFMA"] >= 64
+
+
+def test_escape_rounds_run_inside_the_k_loop_under_its_plane_loads():
+    """``ESC_EARLY`` 8 compiled for sm_90a (2 warps x 128 pairs, 32-slot rounds): the K loop
+    holds a round (its x gathers and its three one-hot MMAs beside the step's 16) issued after
+    all 12 of the step's plane loads, so the round's loads and arithmetic run while the planes
+    are in flight; the step's own loads and MMAs are those of the kernel without escapes."""
+    got = compiled()
+    for name in ("mma-esc-loop", "mma-esc-loop-prefetch"):
+        ops = collections.Counter(got[name]["ops"])
+        assert got[name]["plane_loads"] == 12 and got[name]["converts_to_a"] == 0
+        assert ops["HMMA"] == 16 + 3 * 2  # a warp's 16 rows x 32 slots x 8 tokens: 2 per dot
+        assert 0 <= got[name]["last_plane_load"] < got[name]["first_x_gather"], got[name]
 
 
 def test_wgmma_labels_keep_the_planes_in_their_lanes():
