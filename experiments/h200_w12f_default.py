@@ -59,7 +59,7 @@ def previous_default(m: int, n: int, k: int, sms: int) -> dict:
     if m == 1:
         return {"kernel": "gemv", **common}
     return {"kernel": "mma", **common, "BLOCK_T": min(64, max(8, next_pow2(m))), "MMA_V2": 0,
-            "CHAINS": 1, "ROWS_PER_WARP": FRAG_ROWS, "ESC_EARLY": 0, "WGMMA": 0}
+            "CHAINS": 1, "ROWS_PER_WARP": FRAG_ROWS, "ESC_EARLY": 0, "WGMMA": 0, "ESC_PARTS": 3}
 
 
 def main() -> None:

@@ -69,6 +69,17 @@ def opcode(ins: str) -> str:
     return re.sub(r"^@!?U?P[T\d]\s+", "", ins).split()[0].split(".")[0]
 
 
+def loops(sass: list[str]) -> list[list[str]]:
+    """The instructions of every loop (a backward branch's body), in program order."""
+    where = {line[:-1]: i for i, line in enumerate(sass) if line.endswith(":")}
+    out = []
+    for i, ins in enumerate(sass):
+        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", ins)
+        if m and where.get(m.group(1), i) < i:
+            out.append([s for s in sass[where[m.group(1)]:i + 1] if not s.endswith(":")])
+    return out
+
+
 def main_loop(sass: list[str]) -> list[str]:
     """The instructions of the loop (a backward branch's body) with the most multiply work
     (:data:`WORK`); empty if there is none."""

@@ -23,6 +23,9 @@ after it, before the K loop, holding only the sums through it; 4 (mma only) adds
 escapes after the K loop ``32 ESC_CHUNK`` at a time by MMAs, gathering x only for escapes that
 exist (``triton.escape_mma``); 8 (mma only) runs those rounds inside the K loop, one per K step
 after the step's plane loads, split s taking rounds s, s + ``SPLIT_K``, ... (not yet timed).
+``ESC_PARTS`` (mma, rounds of ``ESC_EARLY`` 4 and 8): 3 adds ``x * delta`` as three bf16 parts of
+the fp32 product; 2 (bf16 x; float32 x keeps 3) puts the exact and the decoded weight in the
+one-hot operand and x in the MMA as gathered, two MMAs and no product to split (not yet timed).
 ``WGMMA`` (mma; 4 or 8 warps, ``BLOCK_T`` 16 or more, ``MMA_V2`` 0): the A operand's columns
 labelled in ``wgmma``'s register order, so Triton's ``wgmma`` takes the decoded planes without
 moving them between lanes (``triton.py``).
@@ -70,14 +73,14 @@ _COMMON = {"BLOCK_K": [32, 64, 128, 256], "SPLIT_K": [1, 2, 3, 4, 6, 8], "num_wa
 PARAMS = {
     "mma": {**_COMMON, "BLOCK_T": [8, 16, 32, 64], "num_stages": [1, 2, 3], "MMA_V2": [0, 1],
             "CHAINS": [1, 2, 4], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2, 3, 4, 8],
-            "WGMMA": [0, 1]},
+            "WGMMA": [0, 1], "ESC_PARTS": [3, 2]},
     "gemv": {**_COMMON, "num_stages": [1]},
     "tma": {**{name: v for name, v in _COMMON.items() if name != "PREFETCH"},
             "BLOCK_T": [8, 16, 32, 64], "num_stages": [2, 3, 4, 5, 6, 8], "MMA_V2": [0, 1],
             "CHAINS": [1, 2], "ROWS_PER_WARP": [16, 32], "ESC_EARLY": [0, 1, 2]},
 }
 ADDED_DEFAULTS = {"mma": {"PREFETCH": 0, "CHAINS": 1, "ROWS_PER_WARP": 16, "ESC_EARLY": 0,
-                          "WGMMA": 0},
+                          "WGMMA": 0, "ESC_PARTS": 3},
                   "gemv": {"PREFETCH": 0}}
 # Parameters a kernel lost, dropped from stored configs (kernels.tuning.ops.complete_config): the
 # first results (results/h200-2026-12-02-kernels-frag.json, ...-w12-kernels-run2{6,7}.json) stored
@@ -152,6 +155,9 @@ def validate(config: dict, m: int, n: int, k: int) -> None:
                              "warps with 16 or more tokens and MMA_V2 0: got MMA_V2="
                              f"{config['MMA_V2']}, num_warps={config['num_warps']}, "
                              f"BLOCK_T={config['BLOCK_T']}")
+    if kernel == "mma" and config["ESC_PARTS"] != 3 and config["ESC_EARLY"] not in (4, 8):
+        raise ValueError(f"ESC_PARTS={config['ESC_PARTS']} changes the one-hot escape rounds, "
+                         f"which ESC_EARLY 4 and 8 run: got ESC_EARLY={config['ESC_EARLY']}")
     if kernel == "tma" and k % 16:
         raise ValueError(f"the tma kernel copies x's two halves as 16-byte rows: K={k} must be "
                          "a multiple of 16")
@@ -163,7 +169,7 @@ def _mma(warps: int, block_k: int, block_t: int, split_k: int = 1, mma_v2: int =
     return {"kernel": "mma", "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
             "DECODE": decode, "ESC_CHUNK": esc_chunk, "PREFETCH": prefetch, "BLOCK_T": block_t,
             "num_stages": 1, "MMA_V2": mma_v2, "CHAINS": 1, "ROWS_PER_WARP": rows_per_warp,
-            "ESC_EARLY": esc_early, "WGMMA": wgmma}
+            "ESC_EARLY": esc_early, "WGMMA": wgmma, "ESC_PARTS": 3}
 
 
 def _tma(warps: int, block_k: int, block_t: int, num_stages: int, split_k: int = 1,

@@ -245,14 +245,43 @@ def escape_mma(acc, xv, delta, slot, start, end):
 
 
 @triton.jit
-def escape_round(acc, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr, esc_delta_ptr, e0, hi,
-                 start, end, inv_scale, SLOTS: tl.constexpr):
-    """:func:`escape_mma` of the ``SLOTS`` escapes from ``e0`` (below ``hi``) on unscaled sums
-    ``acc``: the deltas times ``inv_scale`` (a power of two, so ``x * delta`` rounds as before
-    and the final scale restores it exactly, outside fp32 under- and overflow)."""
-    slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, hi, SLOTS)
-    return escape_mma(acc, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has),
-                      delta * inv_scale, slot, start, end)
+def escape_mma_exact(acc, xv, bits, base, slot, start, end):
+    """:func:`escape_mma` for bf16 x in two exact parts: each escape's correction is ``x *
+    exact - x * decoded``, both weights bf16: ``bits`` (exact) and the same bits with the
+    exponent clamped into the window ``[base, base + 15]`` (what the planes decode), so the
+    one-hot operand carries them (``exact``, then ``-decoded``, where the slot is one of the
+    row's escapes) and x goes to the MMA as gathered: two MMAs of exact products, no fp32
+    product to split, and no delta to load."""
+    b = bits.to(tl.int32) & 0xFFFF
+    exp = tl.minimum(tl.maximum((b >> 7) & 0xFF, base), base + 15)
+    exact = bits.to(tl.bfloat16, bitcast=True)
+    neg_dec = ((b & 0x7F) | (exp << 7) | ((b & 0x8000) ^ 0x8000)).to(tl.int16).to(
+        tl.bfloat16, bitcast=True)
+    hot = (slot[None, :] >= start[:, None]) & (slot[None, :] < end[:, None])
+    zero = tl.zeros([1, 1], dtype=tl.bfloat16)
+    acc = dot_bf16(tl.where(hot, exact[None, :], zero), xv, acc)
+    return dot_bf16(tl.where(hot, neg_dec[None, :], zero), xv, acc)
+
+
+@triton.jit
+def escape_round(acc, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr, esc_delta_ptr,
+                 esc_bits_ptr, e0, hi, start, end, base, SLOTS: tl.constexpr,
+                 PARTS: tl.constexpr, X_F32: tl.constexpr):
+    """``acc`` (in the weights' units) plus the ``SLOTS`` escapes from ``e0`` (below ``hi``) of
+    the rows whose escapes are ``[start, end)``: :func:`escape_mma_exact` (``PARTS`` 2, bf16 x;
+    ``base``: the window's) or :func:`escape_mma` (``PARTS`` 3, or float32 x)."""
+    if PARTS == 2 and not X_F32:
+        slot = e0 + tl.arange(0, SLOTS)
+        has = slot < hi
+        col = tl.load(esc_col_ptr + slot, mask=has, other=0)
+        bits = tl.load(esc_bits_ptr + slot, mask=has, other=0)
+        acc = escape_mma_exact(acc, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), bits,
+                               base, slot, start, end)
+    else:
+        slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, hi, SLOTS)
+        acc = escape_mma(acc, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta, slot,
+                         start, end)
+    return acc
 
 
 @triton.jit
@@ -320,11 +349,12 @@ def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constex
 @triton.jit(do_not_specialize=["M"])
 def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
-                        W: tl.constexpr, FC: tl.constexpr, BLOCK_T: tl.constexpr,
+                        esc_bits_ptr, base, W: tl.constexpr, FC: tl.constexpr,
+                        BLOCK_T: tl.constexpr,
                         SPLIT_K: tl.constexpr, ASM: tl.constexpr, X_F32: tl.constexpr,
                         ESC_CHUNK: tl.constexpr, PREFETCH: tl.constexpr, CHAINS: tl.constexpr,
                         PDL: tl.constexpr, MMA_V2: tl.constexpr, ESC_EARLY: tl.constexpr,
-                        WGMMA: tl.constexpr):
+                        WGMMA: tl.constexpr, ESC_PARTS: tl.constexpr = 3):
     """Grid (M / BLOCK_T, N / (16 W), SPLIT_K): split ``pid_k`` takes K steps ``[pid_k *
     steps_per_split, ...)`` of ``FC`` pair blocks each (``FC`` divides ``KB``, the pair blocks
     per row: the launcher checks; no split is empty), summed in ``CHAINS`` independent accumulators
@@ -356,11 +386,15 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
     ...-w12f-esc-mma-clean.json); ``ESC_EARLY`` 8: those rounds inside the K loop, one per
     iteration after its step's plane loads are issued, so a round's loads and code run while the
     planes are in flight rather than in a tail where none are; split s takes rounds s, s +
-    ``SPLIT_K``, ... (split K spreads them where 4 leaves all to split 0), on the unscaled sums
-    (deltas times ``1 / scale``); rounds past the loop's iterations run after it. Not yet timed on
-    the H200: compiled for sm_90a, the 2-warp 256-pair 16-token tile takes 254 registers with
-    32-slot rounds (241 with ``ESC_EARLY`` 4; 64-slot rounds spill 68 bytes inside the loop), the
-    8-token tile 250 (174); without any, the epilogue loads the rows' escape ranges and walks them
+    ``SPLIT_K``, ... (split K spreads them where 4 leaves all to split 0), into their own
+    accumulator added after the sums are scaled; rounds past the loop's iterations run after it.
+    ``ESC_PARTS`` 2 (bf16 x) makes a round two MMAs of exact products
+    (:func:`escape_mma_exact`) instead of three of the split fp32 product: on the 2-warp 256-pair
+    16-token tile ``ESC_EARLY`` 4's 64-slot round compiles to 331 instructions a thread instead
+    of 624. Neither is timed on the H200 yet; compiled for sm_90a, that tile takes 254 registers
+    with ``ESC_EARLY`` 8 and 32-slot rounds (no spill with either part count; 64-slot rounds
+    spill 96-180 bytes inside the loop) against 241 with ``ESC_EARLY`` 4, and the 8-token tile
+    250-255 against 174. Without any, the epilogue loads the rows' escape ranges and walks them
     all, two dependent loads per escape."""
     FS: tl.constexpr = FC // 2 if CHAINS == 4 else FC
     pid_t = tl.program_id(0)
@@ -404,7 +438,7 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         esc_start, esc_count = escape_rows(row_ptr, offs_n, offs_n < N)
         esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, True)
         esc_end = esc_start + esc_count
-        inv_scale = 1.0 / scale  # a power of two: exact
+        acc_e = tl.zeros([16 * W, BLOCK_T], dtype=tl.float32)  # escapes' sums, not scaled
     for s in range(s_lo + PREFETCH, s_hi):
         planes = None
         if ESC_EARLY == 8:
@@ -412,9 +446,9 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
             planes = load_planes(tiles + s * (FC * 1536))
             e0 = esc_lo + (pid_k + (s - s_lo - PREFETCH) * SPLIT_K) * (32 * ESC_CHUNK)
             if e0 < esc_hi:
-                acc0 = escape_round(acc0, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
-                                    esc_delta_ptr, e0, esc_hi, esc_start, esc_end, inv_scale,
-                                    32 * ESC_CHUNK)
+                acc_e = escape_round(acc_e, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
+                                     esc_delta_ptr, esc_bits_ptr, e0, esc_hi, esc_start,
+                                     esc_end, base, 32 * ESC_CHUNK, ESC_PARTS, X_F32)
         acc0, acc1, acc2, acc3 = mma_step(acc0, acc1, acc2, acc3, tiles + s * (FC * 1536),
                                           x_cols, t_mask, s, K, K2, FC, FS, W, CHAINS, ASM,
                                           X_F32, planes, WGMMA)
@@ -426,10 +460,10 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         looped = tl.maximum(s_hi - s_lo - PREFETCH, 0)
         for e0 in range(esc_lo + (pid_k + looped * SPLIT_K) * (32 * ESC_CHUNK), esc_hi,
                         SPLIT_K * (32 * ESC_CHUNK)):
-            acc0 = escape_round(acc0, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
-                                esc_delta_ptr, e0, esc_hi, esc_start, esc_end, inv_scale,
-                                32 * ESC_CHUNK)
-        acc0 = acc0 * scale
+            acc_e = escape_round(acc_e, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
+                                 esc_delta_ptr, esc_bits_ptr, e0, esc_hi, esc_start, esc_end,
+                                 base, 32 * ESC_CHUNK, ESC_PARTS, X_F32)
+        acc0 = acc0 * scale + acc_e
     if ESC_EARLY == 2:
         esc = early_escapes(esc_col, esc_delta, x_ptr, stride_xm, offs_t, t_mask)
     if ESC_EARLY == 4:
@@ -437,10 +471,10 @@ def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, 
         esc_start, esc_count = escape_rows(row_ptr, offs_n, (offs_n < N) & (pid_k == 0))
         esc_lo, esc_hi = escape_run(row_ptr, pid_n * (16 * W), 16 * W, N, pid_k == 0)
         for e0 in range(esc_lo, esc_hi, 32 * ESC_CHUNK):
-            slot, col, delta, has = escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, esc_hi,
-                                                        32 * ESC_CHUNK)
-            acc0 = escape_mma(acc0, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), delta,
-                              slot, esc_start, esc_start + esc_count)
+            acc0 = escape_round(acc0, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr,
+                                esc_delta_ptr, esc_bits_ptr, e0, esc_hi, esc_start,
+                                esc_start + esc_count, base, 32 * ESC_CHUNK, ESC_PARTS,
+                                X_F32)
     store_rows(tl.trans(acc0), scale, x_ptr, stride_xm, row_ptr, esc_col_ptr, esc_delta_ptr,
                out_ptr, ws_ptr, lock_ptr, offs_t, offs_n, M, N, pid_t * tl.num_programs(1) + pid_n,
                pid_k, SPLIT_K, ESC_CHUNK, esc, rows, ESC_EARLY == 4 or ESC_EARLY == 8)
@@ -644,7 +678,8 @@ def w12f_gemm(x: torch.Tensor, packed: W12Tensor, out_dtype: torch.dtype | None 
         w12f_fwd_kernel_gemv[grid](*args, **meta)
     else:
         with mma_v2_compile(cfg["MMA_V2"]):
-            w12f_fwd_kernel_mma[grid](*args, BLOCK_T=cfg["BLOCK_T"], X_F32=x_f32,
+            w12f_fwd_kernel_mma[grid](*args, packed.esc_bits, packed.base, BLOCK_T=cfg["BLOCK_T"],
+                                      X_F32=x_f32, ESC_PARTS=cfg["ESC_PARTS"],
                                       CHAINS=cfg["CHAINS"], ESC_EARLY=cfg["ESC_EARLY"],
                                       MMA_V2=bool(cfg["MMA_V2"]), WGMMA=bool(cfg["WGMMA"]),
                                       **meta)

@@ -146,6 +146,15 @@ CASES = [
                                    esc_early=8), id="mma-esc-loop-five-splits-last-loopless"),
     pytest.param(9, 1090, 40, mma(warps=2, bk=32, esc_early=8, esc_chunk=4),
                  id="mma-esc-loop-all-in-the-loop"),
+    # the rounds' two exact parts (ESC_PARTS 2: exact and decoded weights in the one-hot
+    # operand), after the K loop and inside it
+    pytest.param(17, 260, 64, {**mma(warps=4, bk=32, block_t=16, mma_v2=1, esc_early=4),
+                               "ESC_PARTS": 2}, id="mma-esc-mma-two-parts"),
+    pytest.param(5, 1090, 33, {**mma(warps=1, bk=64, split=4, prefetch=1, esc_early=8,
+                                     esc_chunk=2), "ESC_PARTS": 2},
+                 id="mma-esc-loop-two-parts-split4"),
+    pytest.param(17, 499, 64, {**mma(warps=2, bk=64, block_t=16, chains=2, esc_early=8),
+                               "ESC_PARTS": 2}, id="mma-esc-loop-two-parts"),
     # split K 3 (9 K steps: 3 each) and 6 (2 each: 5 splits, the last with one step)
     pytest.param(5, 1090, 33, mma(warps=1, bk=64, split=3, prefetch=1, esc_early=4),
                  id="mma-esc-mma-split3"),
@@ -217,7 +226,7 @@ def test_tma_kernel_gives_the_mma_kernels_bits(m, k, n, config):
     exact, abs_sum = gemm_exact(x, w)
     out = w12f_gemm.linear(x, packed, config)
     assert check_close("w12f tma", out, exact, abs_sum).ok
-    twin = {**config, "kernel": "mma", "num_stages": 1, "PREFETCH": 0, "WGMMA": 0}
+    twin = {**config, "kernel": "mma", "num_stages": 1, "PREFETCH": 0, "WGMMA": 0, "ESC_PARTS": 3}
     assert torch.equal(out, w12f_gemm.linear(x, packed, twin))
 
 
@@ -281,6 +290,9 @@ def test_each_gemm_refuses_the_other_order():
     (tma() | {"PREFETCH": 1}, 4, 512, "unknown config keys"),
     (tma() | {"CHAINS": 4}, 4, 512, "CHAINS"),
     (tma(esc_early=4), 4, 512, "ESC_EARLY"),
+    (tma(esc_early=8), 4, 512, "ESC_EARLY"),
+    (mma(esc_early=2) | {"ESC_PARTS": 2}, 4, 512, "ESC_PARTS=2 changes the one-hot"),
+    (tma() | {"ESC_PARTS": 2}, 4, 512, "unknown config keys"),
 ])
 def test_space_refuses_what_the_kernels_cannot_run(config, m, k, message):
     with pytest.raises(ValueError, match=message):
@@ -334,9 +346,10 @@ def test_signature_matches_reference_and_the_op_is_tunable():
 _COMPILE = """
 import collections, json, re
 from specpilot.kernels.w12f_gemm import triton as ft
-from specpilot.kernels.common.sass import compile_sm90, disassemble, main_loop, opcode
+from specpilot.kernels.common.sass import compile_sm90, disassemble, loops, main_loop, opcode
 ptrs = {"x_ptr": "*bf16", "planes_ptr": "*u8", "row_ptr": "*i32", "esc_col_ptr": "*i32",
-        "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
+        "esc_delta_ptr": "*fp32", "out_ptr": "*bf16", "ws_ptr": "*fp32", "lock_ptr": "*i32",
+        "esc_bits_ptr": "*i16"}
 common = {"W": 2, "FC": 4, "SPLIT_K": 1, "ASM": 1, "ESC_CHUNK": 1, "PDL": True}
 out = {}
 mma = {"BLOCK_T": 8, "X_F32": False, "CHAINS": 1, "ESC_EARLY": 0, "WGMMA": False}
@@ -349,11 +362,19 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
                              {**mma, "ESC_EARLY": 2, "ESC_CHUNK": 4}),
                             ("mma-esc-loop", ft.w12f_fwd_kernel_mma,
                              {**mma, "ESC_EARLY": 8, "ESC_CHUNK": 1}),
+                            ("mma-esc-mma-3-parts", ft.w12f_fwd_kernel_mma,
+                             {**mma, "ESC_EARLY": 4, "ESC_CHUNK": 2}),
+                            ("mma-esc-mma-2-parts", ft.w12f_fwd_kernel_mma,
+                             {**mma, "ESC_EARLY": 4, "ESC_CHUNK": 2, "ESC_PARTS": 2}),
                             ("gemv", ft.w12f_fwd_kernel_gemv, {})):
     for prefetch in (False, True):
         c = compile_sm90(kernel, {**common, **extra, "PREFETCH": prefetch}, 2, 1, ptrs,
                          ("N", "K", "K2", "stride_xm", "KB"))
-        body = main_loop(disassemble(c.asm["cubin"]))
+        sass = disassemble(c.asm["cubin"])
+        body = main_loop(sass)
+        # the loops with MMAs but no plane load: ESC_EARLY 4's escape rounds
+        rounds = [lp for lp in loops(sass) if any(opcode(i) == "HMMA" for i in lp)
+                  and not any("LDG.E.EF.128" in i for i in lp)]
         to_a = [ln for ln in c.asm["ttgir"].splitlines()
                 if "convert_layout" in ln and "dot_op<{opIdx = 0" in ln.split("->")[-1]]
         before = c.asm["ptx"].split("griddepcontrol.wait")[0]
@@ -365,6 +386,7 @@ for name, kernel, extra in (("mma", ft.w12f_fwd_kernel_mma, mma),
             "first_x_gather": min((k for k, i in enumerate(body) if "LDG.E.U16" in i),
                                   default=-1),
             "ops": collections.Counter(opcode(i) for i in body),
+            "round_ops": [collections.Counter(opcode(i) for i in lp) for lp in rounds],
             "loads_before_wait": re.findall(r"ld\\.global[\\w.:]*", before),
             "x_gather_lines": [i for i, ln in enumerate(c.asm["ptx"].splitlines())
                                if re.search(r"ld\\.global[\\w.:]*\\.b16", ln)],
@@ -452,15 +474,30 @@ def test_planes_go_from_global_memory_to_the_mma_without_conversion():
 
 def test_escape_rounds_run_inside_the_k_loop_under_its_plane_loads():
     """``ESC_EARLY`` 8 compiled for sm_90a (2 warps x 128 pairs, 32-slot rounds): the K loop
-    holds a round (its x gathers and its three one-hot MMAs beside the step's 16) issued after
-    all 12 of the step's plane loads, so the round's loads and arithmetic run while the planes
-    are in flight; the step's own loads and MMAs are those of the kernel without escapes."""
+    holds a round (its x gathers and its one-hot MMAs beside the step's 16) issued after all 12
+    of the step's plane loads, so the round's loads and arithmetic run while the planes are in
+    flight; the rounds the loop had no step for run in a loop of their own after it."""
     got = compiled()
+    plain = collections.Counter(got["mma"]["ops"])
     for name in ("mma-esc-loop", "mma-esc-loop-prefetch"):
         ops = collections.Counter(got[name]["ops"])
         assert got[name]["plane_loads"] == 12 and got[name]["converts_to_a"] == 0
-        assert ops["HMMA"] == 16 + 3 * 2  # a warp's 16 rows x 32 slots x 8 tokens: 2 per dot
+        [after] = got[name]["round_ops"]
+        assert ops["HMMA"] == plain["HMMA"] + collections.Counter(after)["HMMA"] > plain["HMMA"]
         assert 0 <= got[name]["last_plane_load"] < got[name]["first_x_gather"], got[name]
+
+
+def test_two_part_escape_rounds_take_fewer_instructions():
+    """``ESC_PARTS`` 2 against 3 on ``ESC_EARLY`` 4's 64-slot rounds (sm_90a, 2 warps x 128
+    pairs x 8 tokens): two one-hot MMAs a round instead of three and no fp32 product to split
+    (no ``F2F`` conversions), at most 70% of the round's instructions (51% when written: 692 ->
+    355)."""
+    got = compiled()
+    for prefetch in ("", "-prefetch"):
+        three, two = (got[f"mma-esc-mma-{n}-parts{prefetch}"] for n in (3, 2))
+        [r3], [r2] = (map(collections.Counter, x["round_ops"]) for x in (three, two))
+        assert r2["HMMA"] < r3["HMMA"] and r2["F2F"] == 0 < r3["F2F"]
+        assert sum(r2.values()) <= 0.7 * sum(r3.values()), (r2, r3)
 
 
 def test_wgmma_labels_keep_the_planes_in_their_lanes():
