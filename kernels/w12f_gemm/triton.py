@@ -251,7 +251,9 @@ def escape_mma_exact(acc, xv, bits, base, slot, start, end):
     exponent clamped into the window ``[base, base + 15]`` (what the planes decode), so the
     one-hot operand carries them (``exact``, then ``-decoded``, where the slot is one of the
     row's escapes) and x goes to the MMA as gathered: two MMAs of exact products, no fp32
-    product to split, and no delta to load."""
+    product to split, and no delta to load. (A subnormal exact weight's product, below 2^-126
+    ``|x|``, is lost if the tensor core flushes it, as the three-part split's smallest part
+    can be.)"""
     b = bits.to(tl.int32) & 0xFFFF
     exp = tl.minimum(tl.maximum((b >> 7) & 0xFF, base), base + 15)
     exact = bits.to(tl.bfloat16, bitcast=True)
@@ -346,7 +348,7 @@ def mma_step(acc0, acc1, acc2, acc3, p, x_cols, t_mask, s, K, K2, FC: tl.constex
     return acc0, acc1, acc2, acc3
 
 
-@triton.jit(do_not_specialize=["M"])
+@triton.jit(do_not_specialize=["M", "base"])  # base: one kernel whatever the window
 def w12f_fwd_kernel_mma(x_ptr, planes_ptr, row_ptr, esc_col_ptr, esc_delta_ptr, out_ptr, ws_ptr,
                         lock_ptr, M, N, K, K2, RB, KB, stride_xm, scale, steps_per_split,
                         esc_bits_ptr, base, W: tl.constexpr, FC: tl.constexpr,
