@@ -82,14 +82,7 @@ def loops(sass: list[str]) -> list[list[str]]:
 
 def main_loop(sass: list[str]) -> list[str]:
     """The instructions of the loop (a backward branch's body) with the most multiply work
-    (:data:`WORK`); empty if there is none."""
-    where = {line[:-1]: i for i, line in enumerate(sass) if line.endswith(":")}
+    (:data:`WORK`; the first of equals); empty if there is none."""
     work = lambda body: sum(bool(WORK.match(opcode(s))) for s in body)
-    best = []
-    for i, ins in enumerate(sass):
-        m = re.search(r"BRA\s+`\((\.L_x_\d+)\)", ins)
-        if m and where.get(m.group(1), i) < i:
-            body = [s for s in sass[where[m.group(1)]:i + 1] if not s.endswith(":")]
-            if work(body) > work(best):
-                best = body
-    return best
+    best = max(loops(sass), key=work, default=[])
+    return best if work(best) else []

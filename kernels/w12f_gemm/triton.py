@@ -208,14 +208,14 @@ def escape_run(row_ptr, row0, ROWS: tl.constexpr, N, active):
 
 
 @triton.jit
-def escape_slots_of_run(esc_col_ptr, esc_delta_ptr, e0, hi, SLOTS: tl.constexpr):
-    """``(slot, col, delta, has)`` ``[SLOTS]``: escapes ``e0, e0 + 1, ...`` below ``hi``
-    (column 0 and delta 0 past it)."""
+def escape_slots_of_run(esc_col_ptr, values_ptr, e0, hi, SLOTS: tl.constexpr):
+    """``(slot, col, value, has)`` ``[SLOTS]``: escapes ``e0, e0 + 1, ...`` below ``hi``, with
+    their value at ``values_ptr`` (deltas or exact bits; column 0 and value 0 past ``hi``)."""
     slot = e0 + tl.arange(0, SLOTS)
     has = slot < hi
     col = tl.load(esc_col_ptr + slot, mask=has, other=0)
-    delta = tl.load(esc_delta_ptr + slot, mask=has, other=0.0)
-    return slot, col, delta, has
+    value = tl.load(values_ptr + slot, mask=has, other=0)
+    return slot, col, value, has
 
 
 @triton.jit
@@ -273,10 +273,7 @@ def escape_round(acc, x_ptr, stride_xm, offs_t, t_mask, esc_col_ptr, esc_delta_p
     the rows whose escapes are ``[start, end)``: :func:`escape_mma_exact` (``PARTS`` 2, bf16 x;
     ``base``: the window's) or :func:`escape_mma` (``PARTS`` 3, or float32 x)."""
     if PARTS == 2 and not X_F32:
-        slot = e0 + tl.arange(0, SLOTS)
-        has = slot < hi
-        col = tl.load(esc_col_ptr + slot, mask=has, other=0)
-        bits = tl.load(esc_bits_ptr + slot, mask=has, other=0)
+        slot, col, bits, has = escape_slots_of_run(esc_col_ptr, esc_bits_ptr, e0, hi, SLOTS)
         acc = escape_mma_exact(acc, gather_x(x_ptr, stride_xm, offs_t, t_mask, col, has), bits,
                                base, slot, start, end)
     else:
